@@ -1,0 +1,107 @@
+"""Scaled dot-product and multi-head attention against NumPy and Keras' own layer."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfformer.layers.attention import (MultiHeadAttention, ScaledDotProductAttention, causal_mask,
+                                       padding_mask)
+
+
+def numpy_attention(q, k, v, mask=None):
+    """softmax(Q K^T / sqrt(d_k)) V, written from the paper (eq. 1)."""
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    scores = scores - scores.max(axis=-1, keepdims=True)
+    weights = np.exp(scores)
+    weights = weights / weights.sum(axis=-1, keepdims=True)
+    return weights @ v, weights
+
+
+def test_scaled_dot_product_matches_numpy_with_padding_and_causal_masks():
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.normal(size=(2, 3, 5, 8)).astype("float32") for _ in range(3))
+    ids = np.array([[5, 6, 7, 0, 0], [5, 6, 7, 8, 9]])
+    mask = (padding_mask(ids, 0) & causal_mask(5)).numpy()[:, np.newaxis]  # [2, 1, 5, 5]
+    out, weights = ScaledDotProductAttention()(q, k, v, tf.constant(mask))
+    ref_out, ref_weights = numpy_attention(q, k, v, mask)
+    np.testing.assert_allclose(out, ref_out, atol=1e-5)
+    np.testing.assert_allclose(weights, ref_weights, atol=1e-6)
+    # Masked keys get exactly zero weight: pads of sentence 0 and every future position.
+    assert np.all(weights.numpy()[0, :, :, 3:] == 0)
+    assert np.all(weights.numpy()[np.broadcast_to(~mask, weights.shape)] == 0)
+
+
+def test_scaled_dot_product_without_mask_matches_numpy():
+    rng = np.random.default_rng(1)
+    q = rng.normal(size=(4, 3, 16)).astype("float32")
+    k = rng.normal(size=(4, 7, 16)).astype("float32")
+    v = rng.normal(size=(4, 7, 6)).astype("float32")
+    out, _ = ScaledDotProductAttention()(q, k, v)
+    np.testing.assert_allclose(out, numpy_attention(q, k, v)[0], atol=1e-5)
+
+
+def test_causal_mask_with_cache_offset():
+    mask = causal_mask(2, 5).numpy()[0]
+    np.testing.assert_array_equal(mask, [[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]])
+
+
+@pytest.mark.parametrize("use_mask", [False, True])
+def test_multi_head_attention_equals_keras_layer_with_copied_weights(use_mask):
+    rng = np.random.default_rng(2)
+    query = rng.normal(size=(3, 6, 32)).astype("float32")
+    memory = rng.normal(size=(3, 9, 32)).astype("float32")
+    mask = None
+    if use_mask:
+        lengths = np.array([9, 4, 7])
+        mask = np.broadcast_to(np.arange(9)[np.newaxis, np.newaxis, :] < lengths[:, None, None],
+                               (3, 6, 9))
+    ours = MultiHeadAttention(num_heads=4, key_dim=8)
+    ours_out = ours(query, memory, None if mask is None else tf.constant(mask))
+    reference = keras.layers.MultiHeadAttention(num_heads=4, key_dim=8)
+    reference(query, memory)
+    assert [w.shape for w in reference.get_weights()] == [w.shape for w in ours.get_weights()]
+    # Random biases (not zeros) so a misplaced bias shows; glorot-like scale keeps outputs O(1).
+    weights = [rng.normal(scale=0.2, size=w.shape).astype("float32")
+               for w in ours.get_weights()]
+    ours.set_weights(weights)
+    reference.set_weights(weights)
+    ours_out = ours(query, memory, None if mask is None else tf.constant(mask))
+    ref_out = reference(query, memory, attention_mask=mask)
+    assert np.max(np.abs(ours_out.numpy() - ref_out.numpy())) <= 1e-5
+
+
+def test_multi_head_attention_cache_grows_and_matches_full_causal_attention():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(2, 5, 16)).astype("float32")
+    layer = MultiHeadAttention(num_heads=2, key_dim=8)
+    full = layer(x, x, causal_mask(5)).numpy()
+    cache = (tf.zeros([2, 2, 0, 8]), tf.zeros([2, 2, 0, 8]))
+    steps = []
+    for t in range(5):
+        out, cache = layer(x[:, t:t + 1], x[:, t:t + 1], cache=cache)
+        steps.append(out.numpy())
+        assert cache[0].shape == (2, 2, t + 1, 8)
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
+
+
+def test_multi_head_attention_static_cache_equals_memory():
+    rng = np.random.default_rng(4)
+    query = rng.normal(size=(2, 3, 16)).astype("float32")
+    memory = rng.normal(size=(2, 7, 16)).astype("float32")
+    layer = MultiHeadAttention(num_heads=4, key_dim=4)
+    direct = layer(query, memory)
+    cache = layer.project_key_value(memory)
+    cached, returned = layer(query, None, cache=cache)
+    np.testing.assert_allclose(cached, direct, atol=1e-6)
+    assert returned[0] is cache[0]
+
+
+def test_layers_serialize_through_get_config():
+    layer = MultiHeadAttention(num_heads=2, key_dim=4, dropout=0.2, name="mha")
+    clone = MultiHeadAttention.from_config(layer.get_config())
+    assert (clone.num_heads, clone.key_dim, clone.dropout) == (2, 4, 0.2)
+    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
+    assert isinstance(restored, MultiHeadAttention) and restored.key_dim == 4

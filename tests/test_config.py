@@ -1,0 +1,50 @@
+"""TransformerConfig: presets, validation naming the field, JSON round trip."""
+
+import pytest
+
+from tfformer.config import PRESETS, TransformerConfig, get_preset
+
+
+def test_presets_hold_the_papers_table_3_values():
+    base, big = PRESETS["base"], PRESETS["big"]
+    assert (base.d_model, base.num_heads, base.d_ff, base.num_encoder_layers,
+            base.num_decoder_layers, base.dropout) == (512, 8, 2048, 6, 6, 0.1)
+    assert (big.d_model, big.num_heads, big.d_ff, big.num_encoder_layers,
+            big.num_decoder_layers, big.dropout) == (1024, 16, 4096, 6, 6, 0.3)
+    for config in (base, big):
+        assert (config.label_smoothing, config.warmup_steps, config.beam_size,
+                config.length_penalty, config.max_output_extra) == (0.1, 4000, 4, 0.6, 50)
+        assert config.positional == "sinusoidal" and config.norm == "post"
+        assert config.share_embeddings
+    assert PRESETS["tiny"].d_model < base.d_model
+
+
+def test_json_round_trip_is_exact():
+    config = get_preset("big", vocab_size=123, positional="learned", norm="pre")
+    assert TransformerConfig.from_json(config.to_json()) == config
+
+
+def test_d_model_not_divisible_by_heads_names_both_numbers():
+    with pytest.raises(ValueError, match=r"d_model \(500\).*num_heads \(3\)"):
+        TransformerConfig(d_model=500, num_heads=3)
+
+
+@pytest.mark.parametrize("field, value", [
+    ("vocab_size", 0), ("d_model", -8), ("num_heads", 0), ("d_ff", 0),
+    ("num_encoder_layers", 0), ("num_decoder_layers", 1.5), ("dropout", 1.0),
+    ("attention_dropout", -0.1), ("label_smoothing", "0.1"), ("max_length", 1),
+    ("positional", "rotary"), ("norm", "sandwich"), ("share_embeddings", "yes"),
+    ("warmup_steps", 0), ("beam_size", 0), ("length_penalty", -1), ("max_output_extra", -1),
+])
+def test_invalid_values_raise_value_error_naming_the_field(field, value):
+    with pytest.raises(ValueError, match=field):
+        TransformerConfig(**{field: value})
+
+
+def test_unknown_fields_and_presets_are_named():
+    with pytest.raises(ValueError, match="d_modle"):
+        TransformerConfig.from_dict({"d_modle": 4})
+    with pytest.raises(ValueError, match="huge"):
+        get_preset("huge")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        TransformerConfig.from_json("{")

@@ -1,0 +1,159 @@
+"""The Transformer model: masking, cached decoding, Keras integration and the paper's sizes."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfformer import Transformer, compile_transformer, get_preset
+from tfformer.special_tokens import BOS_ID
+
+
+def random_batch(config, batch=4, source_len=9, target_len=7, seed=0):
+    rng = np.random.default_rng(seed)
+    source = rng.integers(4, config.vocab_size, size=(batch, source_len)).astype("int32")
+    target = rng.integers(4, config.vocab_size, size=(batch, target_len)).astype("int32")
+    target[:, 0] = BOS_ID
+    source[0, 6:] = 0  # a padded sentence
+    target[0, 5:] = 0
+    return source, target
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_changing_future_targets_leaves_earlier_logits_unchanged(tiny_config, norm):
+    model = Transformer(tiny_config.replace(norm=norm))
+    source, target = random_batch(tiny_config)
+    logits = model((source, target)).numpy()
+    changed = target.copy()
+    i = 3
+    changed[:, i + 1:] = np.where(changed[:, i + 1:] > 0, (changed[:, i + 1:] + 7) % 36 + 4, 0)
+    changed_logits = model((source, changed)).numpy()
+    np.testing.assert_allclose(changed_logits[:, :i + 1], logits[:, :i + 1], atol=1e-5)
+    assert np.abs(changed_logits[1:, i + 1:] - logits[1:, i + 1:]).max() > 1e-3  # not vacuous
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
+def test_more_padding_leaves_real_positions_unchanged(tiny_config, positional):
+    model = Transformer(tiny_config.replace(positional=positional, share_embeddings=False))
+    source, target = random_batch(tiny_config)
+    logits = model((source, target)).numpy()
+    longer = model((np.pad(source, [(0, 0), (0, 4)]), np.pad(target, [(0, 0), (0, 3)]))).numpy()
+    np.testing.assert_allclose(longer[0, :5], logits[0, :5], atol=1e-5)
+    np.testing.assert_allclose(longer[1:, :7], logits[1:], atol=1e-5)
+    # A sentence alone (no pads) equals the same sentence padded inside the batch.
+    alone = model((source[:1, :6], target[:1, :5])).numpy()
+    np.testing.assert_allclose(alone[0], logits[0, :5], atol=1e-5)
+
+
+def test_values_under_pad_positions_do_not_reach_real_positions(tiny_config):
+    model = Transformer(tiny_config)
+    source, target = random_batch(tiny_config)
+    memory, source_mask = model.encode(source)
+    # Feed the stacks arbitrary vectors at the pad positions, keeping the masks.
+    rng = np.random.default_rng(5)
+    embedded = model.embedding(source).numpy()
+    noisy = embedded.copy()
+    noisy[0, 6:] = rng.normal(size=noisy[0, 6:].shape) * 10
+    clean_memory = model.encoder(embedded, source_mask).numpy()
+    noisy_memory = model.encoder(noisy, source_mask).numpy()
+    np.testing.assert_allclose(noisy_memory[0, :6], clean_memory[0, :6], atol=1e-5)
+    np.testing.assert_allclose(clean_memory, memory.numpy(), atol=1e-6)
+    # The decoder's cross-attention ignores memory rows under source pads.
+    garbage_memory = clean_memory.copy()
+    garbage_memory[0, 6:] = rng.normal(size=garbage_memory[0, 6:].shape) * 10
+    a = model.decode(target, clean_memory, source_mask).numpy()
+    b = model.decode(target, garbage_memory, source_mask).numpy()
+    np.testing.assert_allclose(a, b, atol=1e-5)
+    # Without the mask the garbage would matter: the check above is not vacuous.
+    unmasked = tf.ones_like(source_mask)
+    c = model.decode(target, garbage_memory, unmasked).numpy()
+    assert np.abs(c[0] - a[0]).max() > 1e-3
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_cached_decoding_step_by_step_equals_full_forward_pass(tiny_config, norm):
+    model = Transformer(tiny_config.replace(norm=norm))
+    source, target = random_batch(tiny_config, seed=1)
+    target[0, 5:] = 7  # no pads inside a target decoded step by step
+    full = model((source, target)).numpy()
+    memory, source_mask = model.encode(source)
+    cache = model.init_cache(memory)
+    steps = []
+    for t in range(target.shape[1]):
+        logits, cache = model.decode(target[:, t:t + 1], memory, source_mask, cache=cache)
+        steps.append(logits.numpy())
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-4)
+    # Several new positions at once through the cache also match.
+    cache = model.init_cache(memory)
+    first, cache = model.decode(target[:, :3], memory, source_mask, cache=cache)
+    rest, cache = model.decode(target[:, 3:], memory, source_mask, cache=cache)
+    np.testing.assert_allclose(np.concatenate([first, rest], axis=1), full, atol=1e-4)
+
+
+@pytest.mark.parametrize("bad, message", [
+    ((np.zeros((2, 3, 4), "int32"), np.zeros((2, 3), "int32")), "source_ids must be a rank-2"),
+    ((np.zeros((2, 3), "int32"), np.zeros((2,), "int32")), "target_in_ids must be a rank-2"),
+    ((np.zeros((2, 3), "float32"), np.zeros((2, 3), "int32")), "integer tensor of token ids"),
+])
+def test_wrong_rank_or_dtype_raises_value_error_naming_expectation(tiny_config, bad, message):
+    model = Transformer(tiny_config)
+    with pytest.raises(ValueError, match=message):
+        model(bad)
+
+
+def test_inputs_must_be_a_pair(tiny_config):
+    with pytest.raises(ValueError, match=r"inputs=\(source_ids, target_in_ids\)"):
+        Transformer(tiny_config)(np.zeros((2, 3), "int32"))
+
+
+def paper_count(config):
+    model = Transformer(config)
+    model.build()
+    return model.count_params()
+
+
+def test_parameter_counts_match_the_paper_within_5_percent():
+    base = paper_count(get_preset("base", vocab_size=37000))
+    big = paper_count(get_preset("big", vocab_size=37000))
+    assert abs(base - 65e6) / 65e6 <= 0.05, base
+    assert abs(big - 213e6) / 213e6 <= 0.05, big
+    # Independent count from the architecture: tied embedding + 6 + 6 layers of §3.
+    d, f, v = 512, 2048, 37000
+    attention = 4 * d * d + 4 * d
+    ffn = 2 * d * f + f + d
+    norm = 2 * d
+    assert base == v * d + 6 * (attention + ffn + 2 * norm) + 6 * (2 * attention + ffn + 3 * norm)
+
+
+def test_keras_file_round_trip_gives_identical_logits_and_resumes_step_count(tiny_config,
+                                                                            tmp_path):
+    tiny_config = tiny_config.replace(dropout=0.0)  # identical continued training below
+    model = compile_transformer(Transformer(tiny_config))
+    source, target = random_batch(tiny_config)
+    labels = np.concatenate([target[:, 1:], np.full((4, 1), 3, "int32")], axis=1) * (target > 0)
+    model.fit((source, target), labels, epochs=3, batch_size=2, verbose=0)
+    assert int(model.optimizer.iterations) == 6
+    path = tmp_path / "model.keras"
+    model.save(path)
+    restored = keras.models.load_model(path)
+    np.testing.assert_array_equal(restored((source, target)).numpy(),
+                                  model((source, target)).numpy())
+    assert int(restored.optimizer.iterations) == 6
+    assert restored.transformer_config == tiny_config
+    # Training continues from step 6 with the restored optimizer state, as the original would.
+    restored.fit((source, target), labels, epochs=1, batch_size=2, verbose=0, shuffle=False)
+    model.fit((source, target), labels, epochs=1, batch_size=2, verbose=0, shuffle=False)
+    assert int(restored.optimizer.iterations) == 8
+    for a, b in zip(restored.get_weights(), model.get_weights()):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_predict_and_evaluate_work_on_tuple_inputs(tiny_config):
+    model = compile_transformer(Transformer(tiny_config))
+    source, target = random_batch(tiny_config)
+    predicted = model.predict((source, target), batch_size=2, verbose=0)
+    assert predicted.shape == (4, 7, tiny_config.vocab_size)
+    results = model.evaluate((source, target), target, batch_size=2, verbose=0,
+                             return_dict=True)
+    assert set(results) >= {"loss", "accuracy", "perplexity"}
+    assert np.isfinite(results["loss"]) and results["perplexity"] > 1

@@ -1,0 +1,41 @@
+"""The learning-rate schedule and optimizer of §5.3."""
+
+import keras
+import numpy as np
+import pytest
+
+from tfformer.schedule import NoamSchedule, paper_optimizer
+
+
+def paper_lrate(step, d_model=512, warmup=4000):
+    return d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+
+
+@pytest.mark.parametrize("paper_step", [1, 4000, 100000])
+def test_noam_equals_formula_at_paper_steps(paper_step):
+    schedule = NoamSchedule(512, 4000)
+    # Keras passes optimizer.iterations, 0 before the first update: update k uses paper step k.
+    assert float(schedule(paper_step - 1)) == pytest.approx(paper_lrate(paper_step), rel=1e-6)
+
+
+def test_step_zero_is_finite_and_positive_and_peak_is_at_warmup():
+    schedule = NoamSchedule(512, 4000)
+    first = float(schedule(0))
+    assert np.isfinite(first) and first > 0
+    values = [float(schedule(i)) for i in (3000, 3999, 5000)]
+    assert values[1] > values[0] and values[1] > values[2]
+    assert values[1] == pytest.approx(512 ** -0.5 * 4000 ** -0.5, rel=1e-6)
+
+
+def test_schedule_round_trips_through_config():
+    schedule = NoamSchedule(256, warmup_steps=100, scale=2.0)
+    clone = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(schedule))
+    assert float(clone(10)) == pytest.approx(float(schedule(10)))
+
+
+def test_paper_optimizer_has_the_papers_adam_and_uses_the_schedule():
+    optimizer = paper_optimizer(512, warmup_steps=4000, gradient_accumulation_steps=2)
+    assert (optimizer.beta_1, optimizer.beta_2, optimizer.epsilon) == (0.9, 0.98, 1e-9)
+    assert isinstance(optimizer._learning_rate, NoamSchedule)
+    assert optimizer.gradient_accumulation_steps == 2
+    assert float(optimizer.learning_rate) == pytest.approx(paper_lrate(1), rel=1e-6)

@@ -1,0 +1,155 @@
+"""One configuration dataclass for the model, its training objective and its decoding.
+
+The paper's numbers live in the presets (Vaswani et al. 2017, Table 3); defaults live in the
+dataclass; every other module reads its hyper-parameters from a `TransformerConfig`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+POSITIONAL_CHOICES = ("sinusoidal", "learned")
+NORM_CHOICES = ("post", "pre")
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+    """Hyper-parameters of the Transformer, with the paper's base model as defaults.
+
+    Args:
+        vocab_size: size of the one shared source/target vocabulary (§5.1), reserved ids included.
+        d_model: width of every sub-layer output and of the embeddings (§3).
+        num_heads: h, the number of attention heads; d_k = d_v = d_model / h (§3.2.2).
+        d_ff: inner width of the position-wise feed-forward network (§3.3).
+        num_encoder_layers: N for the encoder stack (§3.1).
+        num_decoder_layers: N for the decoder stack (§3.1).
+        dropout: P_drop on sub-layer outputs and on embeddings + positions (§5.4).
+        attention_dropout: dropout on the attention weights (0 in the paper).
+        label_smoothing: epsilon_ls of the training loss (§5.4).
+        max_length: longest sequence (in tokens, BOS/EOS included) the model accepts.
+        positional: "sinusoidal" (§3.5) or "learned" (the paper's Table 3 row E).
+        share_embeddings: one matrix for source embedding, target embedding and the pre-softmax
+            projection (§3.4). When False, the source gets its own matrix and the target embedding
+            stays tied to the pre-softmax projection.
+        norm: "post" is the paper's LayerNorm(x + Sublayer(x)); "pre" is x + Sublayer(LayerNorm(x))
+            with a final LayerNorm after each stack.
+        layer_norm_epsilon: epsilon of every LayerNorm.
+        warmup_steps: warmup of the learning-rate schedule (§5.3).
+        beam_size: beam width for translation (§6.1).
+        length_penalty: alpha of the length penalty ((5 + |Y|) / 6) ** alpha (§6.1).
+        max_output_extra: maximum output length = input length + this (§6.1).
+    """
+
+    vocab_size: int = 37000
+    d_model: int = 512
+    num_heads: int = 8
+    d_ff: int = 2048
+    num_encoder_layers: int = 6
+    num_decoder_layers: int = 6
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    label_smoothing: float = 0.1
+    max_length: int = 256
+    positional: str = "sinusoidal"
+    share_embeddings: bool = True
+    norm: str = "post"
+    layer_norm_epsilon: float = 1e-6
+    warmup_steps: int = 4000
+    beam_size: int = 4
+    length_penalty: float = 0.6
+    max_output_extra: int = 50
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def d_k(self) -> int:
+        """Per-head width of queries, keys and values (§3.2.2: d_k = d_v = d_model / h)."""
+        return self.d_model // self.num_heads
+
+    def validate(self) -> None:
+        """Raises ValueError naming the first field whose value is invalid."""
+        for name, field_type in (
+            ("vocab_size", int), ("d_model", int), ("num_heads", int), ("d_ff", int),
+            ("num_encoder_layers", int), ("num_decoder_layers", int), ("max_length", int),
+            ("warmup_steps", int), ("beam_size", int), ("max_output_extra", int),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, field_type):
+                raise ValueError(f"{name} must be an integer, got {value!r}")
+        for name in ("d_model", "num_heads", "d_ff", "num_encoder_layers",
+                     "num_decoder_layers", "warmup_steps", "beam_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.vocab_size < 5:
+            raise ValueError(
+                f"vocab_size must be >= 5 (4 reserved ids plus one piece), got {self.vocab_size}")
+        if self.max_length < 2:
+            raise ValueError(f"max_length must be >= 2 (BOS and EOS), got {self.max_length}")
+        if self.max_output_extra < 0:
+            raise ValueError(f"max_output_extra must be >= 0, got {self.max_output_extra}")
+        if self.d_model % self.num_heads:
+            raise ValueError(
+                f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})")
+        for name in ("dropout", "attention_dropout", "label_smoothing"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+                raise ValueError(f"{name} must be a number in [0, 1), got {value!r}")
+        for name in ("layer_norm_epsilon", "length_penalty"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+        if self.positional not in POSITIONAL_CHOICES:
+            raise ValueError(
+                f"positional must be one of {POSITIONAL_CHOICES}, got {self.positional!r}")
+        if self.norm not in NORM_CHOICES:
+            raise ValueError(f"norm must be one of {NORM_CHOICES}, got {self.norm!r}")
+        if not isinstance(self.share_embeddings, bool):
+            raise ValueError(f"share_embeddings must be true or false, got {self.share_embeddings!r}")
+
+    def replace(self, **overrides: Any) -> "TransformerConfig":
+        """Returns a copy with `overrides` applied; unknown names raise ValueError."""
+        return TransformerConfig.from_dict({**self.to_dict(), **overrides})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "TransformerConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown config field(s) {unknown}; known fields: {sorted(known)}")
+        return cls(**values)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "TransformerConfig":
+        try:
+            values = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"config is not valid JSON: {error}") from None
+        if not isinstance(values, dict):
+            raise ValueError(f"config JSON must be an object, got {type(values).__name__}")
+        return cls.from_dict(values)
+
+
+# Paper Table 3. `tiny` is ours: small enough to train on a 2-core CPU in minutes.
+PRESETS: dict[str, TransformerConfig] = {
+    "tiny": TransformerConfig(
+        vocab_size=8000, d_model=128, num_heads=4, d_ff=512, num_encoder_layers=2,
+        num_decoder_layers=2, dropout=0.1, warmup_steps=400),
+    "base": TransformerConfig(),
+    "big": TransformerConfig(d_model=1024, num_heads=16, d_ff=4096, dropout=0.3),
+}
+
+
+def get_preset(name: str, **overrides: Any) -> TransformerConfig:
+    """Returns the named preset with `overrides` applied."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+    return PRESETS[name].replace(**overrides) if overrides else PRESETS[name]

@@ -1,0 +1,181 @@
+"""The decoder: N layers of masked self-attention, encoder-decoder attention and FFN (§3.1).
+
+One decoder serves training (whole target at once, causal mask), search (one token per step
+with a key/value cache) and the exported graph. A cache is a list with one dict per layer:
+    {"self_keys", "self_values"}: [batch, h, T_past, d_k], grown by one step per call;
+    {"cross_keys", "cross_values"}: [batch, h, T_source, d_k], projected once from the memory.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from tfformer.layers.attention import MultiHeadAttention
+from tfformer.layers.encoder import positional_layer
+from tfformer.layers.feed_forward import PositionwiseFeedForward
+from tfformer.layers.residual import SublayerConnection
+
+CACHE_KEYS = ("self_keys", "self_values", "cross_keys", "cross_values")
+
+
+@keras.saving.register_keras_serializable(package="tfformer")
+class DecoderLayer(keras.layers.Layer):
+    """Masked self-attention, attention over the encoder output, and an FFN (§3.1).
+
+    Args:
+        d_model, num_heads, d_ff, dropout, attention_dropout, norm, epsilon: as EncoderLayer.
+
+    Call arguments:
+        inputs: [batch, T, d_model], the target positions to compute.
+        memory: [batch, S, d_model] encoder output; may be None when `cache` is given.
+        self_attention_mask: boolean [batch, T, T_past + T]; causal (and padding) mask.
+        cross_attention_mask: boolean [batch, 1, S]; False at source pads.
+        cache: None, or this layer's cache dict (see module docstring).
+        training: whether dropout is active.
+
+    Returns:
+        [batch, T, d_model], and the updated cache dict when `cache` is given.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1,
+                 attention_dropout: float = 0.0, norm: str = "post", epsilon: float = 1e-6,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.d_model, self.num_heads, self.d_ff = d_model, num_heads, d_ff
+        self.dropout, self.attention_dropout = dropout, attention_dropout
+        self.norm, self.epsilon = norm, epsilon
+        key_dim = d_model // num_heads
+        self.self_attention = MultiHeadAttention(num_heads, key_dim, attention_dropout,
+                                                 name="self_attention")
+        self.cross_attention = MultiHeadAttention(num_heads, key_dim, attention_dropout,
+                                                  name="cross_attention")
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, name="feed_forward")
+        self.self_attention_connection, self.cross_attention_connection, \
+            self.feed_forward_connection = [
+                SublayerConnection(norm, dropout, epsilon, name=f"{name}_connection")
+                for name in ("self_attention", "cross_attention", "feed_forward")]
+
+    def build(self, inputs_shape, memory_shape=None):
+        self.self_attention.build(inputs_shape)
+        self.cross_attention.build(inputs_shape, memory_shape or inputs_shape)
+        self.feed_forward.build(inputs_shape)
+        for connection in (self.self_attention_connection, self.cross_attention_connection,
+                           self.feed_forward_connection):
+            connection.build(inputs_shape)
+        super().build(inputs_shape)
+
+    def init_cache(self, memory):
+        """This layer's cache before the first step: empty self-attention, projected memory."""
+        cross_keys, cross_values = self.cross_attention.project_key_value(memory)
+        empty = tf.zeros_like(cross_keys[:, :, :0, :])
+        return {"self_keys": empty, "self_values": empty,
+                "cross_keys": cross_keys, "cross_values": cross_values}
+
+    def call(self, inputs, memory=None, self_attention_mask=None, cross_attention_mask=None,
+             cache=None, training=None):
+        h = self.self_attention_connection.sublayer_input(inputs)
+        if cache is None:
+            y = self.self_attention(h, h, self_attention_mask, training=training)
+        else:
+            y, (keys, values) = self.self_attention(
+                h, h, self_attention_mask, cache=(cache["self_keys"], cache["self_values"]),
+                training=training)
+        x = self.self_attention_connection(inputs, y, training=training)
+
+        h = self.cross_attention_connection.sublayer_input(x)
+        if cache is None:
+            y = self.cross_attention(h, memory, cross_attention_mask, training=training)
+        else:
+            y, _ = self.cross_attention(
+                h, None, cross_attention_mask,
+                cache=(cache["cross_keys"], cache["cross_values"]), training=training)
+        x = self.cross_attention_connection(x, y, training=training)
+
+        h = self.feed_forward_connection.sublayer_input(x)
+        x = self.feed_forward_connection(x, self.feed_forward(h), training=training)
+        if cache is None:
+            return x
+        return x, {**cache, "self_keys": keys, "self_values": values}
+
+    def compute_output_shape(self, inputs_shape, memory_shape=None):
+        return inputs_shape
+
+    def get_config(self):
+        return {**super().get_config(), "d_model": self.d_model, "num_heads": self.num_heads,
+                "d_ff": self.d_ff, "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout, "norm": self.norm,
+                "epsilon": self.epsilon}
+
+
+@keras.saving.register_keras_serializable(package="tfformer")
+class Decoder(keras.layers.Layer):
+    """Positions + dropout over the (already scaled) target embeddings, then N decoder layers.
+
+    Args: as `Encoder`.
+
+    Call arguments:
+        embeddings: [batch, T, d_model] target embeddings, already scaled by sqrt(d_model).
+        memory: [batch, S, d_model] encoder output (unused when `cache` is given).
+        self_attention_mask: boolean [batch, T, T_past + T] (see DecoderLayer).
+        cross_attention_mask: boolean [batch, 1, S].
+        cache: None, or the list of per-layer caches from `init_cache` / a previous call.
+        training: whether dropout is active.
+
+    Returns:
+        hidden states [batch, T, d_model], and the updated cache when `cache` is given.
+    """
+
+    def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int,
+                 dropout: float = 0.1, attention_dropout: float = 0.0, norm: str = "post",
+                 epsilon: float = 1e-6, positional: str = "sinusoidal", max_length: int = 256,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.num_layers, self.d_model, self.num_heads, self.d_ff = num_layers, d_model, num_heads, d_ff
+        self.dropout, self.attention_dropout = dropout, attention_dropout
+        self.norm, self.epsilon = norm, epsilon
+        self.positional, self.max_length = positional, max_length
+        self.positions = positional_layer(positional, max_length, "positions")
+        self.embedding_dropout = keras.layers.Dropout(dropout)
+        self.stack = [DecoderLayer(d_model, num_heads, d_ff, dropout, attention_dropout, norm,
+                                   epsilon, name=f"layer_{i}") for i in range(num_layers)]
+        self.final_norm = keras.layers.LayerNormalization(epsilon=epsilon, name="final_norm") \
+            if norm == "pre" else None
+
+    def build(self, embeddings_shape, memory_shape=None):
+        self.positions.build(embeddings_shape)
+        for layer in self.stack:
+            layer.build(embeddings_shape, memory_shape or embeddings_shape)
+        if self.final_norm is not None:
+            self.final_norm.build(embeddings_shape)
+        super().build(embeddings_shape)
+
+    def init_cache(self, memory):
+        """The cache before the first decoding step, one dict per layer."""
+        return [layer.init_cache(memory) for layer in self.stack]
+
+    def call(self, embeddings, memory=None, self_attention_mask=None, cross_attention_mask=None,
+             cache=None, training=None):
+        start = 0 if cache is None else tf.shape(cache[0]["self_keys"])[2]
+        x = self.embedding_dropout(self.positions(embeddings, start=start), training=training)
+        new_cache = []
+        for i, layer in enumerate(self.stack):
+            if cache is None:
+                x = layer(x, memory, self_attention_mask, cross_attention_mask, training=training)
+            else:
+                x, layer_cache = layer(x, memory, self_attention_mask, cross_attention_mask,
+                                       cache=cache[i], training=training)
+                new_cache.append(layer_cache)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x if cache is None else (x, new_cache)
+
+    def compute_output_shape(self, embeddings_shape, memory_shape=None):
+        return embeddings_shape
+
+    def get_config(self):
+        return {**super().get_config(), "num_layers": self.num_layers, "d_model": self.d_model,
+                "num_heads": self.num_heads, "d_ff": self.d_ff, "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout, "norm": self.norm,
+                "epsilon": self.epsilon, "positional": self.positional,
+                "max_length": self.max_length}

@@ -1,0 +1,43 @@
+"""Position-wise feed-forward network (§3.3)."""
+
+from __future__ import annotations
+
+import keras
+
+
+@keras.saving.register_keras_serializable(package="tfformer")
+class PositionwiseFeedForward(keras.layers.Layer):
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, applied to each position alike (§3.3, eq. 2).
+
+    Args:
+        d_model: input and output width.
+        d_ff: inner width.
+
+    Call arguments:
+        inputs: [batch, T, d_model].
+
+    Returns:
+        [batch, T, d_model].
+    """
+
+    def __init__(self, d_model: int, d_ff: int, **kwargs):
+        super().__init__(**kwargs)
+        self.d_model = d_model
+        self.d_ff = d_ff
+        self.inner = keras.layers.Dense(d_ff, activation="relu", name="inner")
+        self.outer = keras.layers.Dense(d_model, name="outer")
+
+    def build(self, inputs_shape):
+        self.inner.build(inputs_shape)
+        self.outer.build(tuple(inputs_shape[:-1]) + (self.d_ff,))
+        super().build(inputs_shape)
+
+    def call(self, inputs):
+        return self.outer(self.inner(inputs))
+
+    def compute_output_shape(self, inputs_shape):
+        return inputs_shape
+
+    def get_config(self):
+        return {**super().get_config(), "d_model": self.d_model, "d_ff": self.d_ff}
+

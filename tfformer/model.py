@@ -1,0 +1,143 @@
+"""The Transformer (Vaswani et al. 2017, Figure 1) as a `keras.Model`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from tfformer.config import TransformerConfig
+from tfformer.layers import Decoder, Encoder, SharedEmbedding, causal_mask, padding_mask
+from tfformer.special_tokens import PAD_ID
+
+
+def _stack_kwargs(config: TransformerConfig, num_layers: int) -> dict[str, Any]:
+    return dict(num_layers=num_layers, d_model=config.d_model, num_heads=config.num_heads,
+                d_ff=config.d_ff, dropout=config.dropout,
+                attention_dropout=config.attention_dropout, norm=config.norm,
+                epsilon=config.layer_norm_epsilon, positional=config.positional,
+                max_length=config.max_length)
+
+
+@keras.saving.register_keras_serializable(package="tfformer")
+class Transformer(keras.Model):
+    """Encoder-decoder Transformer with one shared vocabulary and tied embeddings (§3, §3.4).
+
+    Args:
+        config: a `TransformerConfig` or its dict form.
+
+    Call arguments:
+        inputs: tuple (source_ids, target_in_ids), int tensors [batch, S] and [batch, T], padded
+            with PAD_ID (0), which is masked everywhere. target_in_ids starts with BOS.
+        training: whether dropout is active.
+
+    Returns:
+        logits [batch, T, vocab_size] (float32, also under mixed precision) predicting the
+        target shifted left (target_out_ids).
+
+    For search, `encode` runs the encoder once and `decode` runs the decoder on all target
+    positions (no cache) or on new positions only (with the cache from `init_cache`).
+    """
+
+    def __init__(self, config: TransformerConfig | dict, **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(config, dict):
+            config = TransformerConfig.from_dict(config)
+        self.transformer_config = config
+        # One matrix: source embedding, target embedding and pre-softmax projection (§3.4).
+        self.embedding = SharedEmbedding(config.vocab_size, config.d_model, name="embedding")
+        self.source_embedding = None if config.share_embeddings else SharedEmbedding(
+            config.vocab_size, config.d_model, name="source_embedding")
+        self.encoder = Encoder(**_stack_kwargs(config, config.num_encoder_layers), name="encoder")
+        self.decoder = Decoder(**_stack_kwargs(config, config.num_decoder_layers), name="decoder")
+
+    def build(self, input_shape=None):
+        hidden_shape = (None, None, self.transformer_config.d_model)
+        self.embedding.build((None, None))
+        if self.source_embedding is not None:
+            self.source_embedding.build((None, None))
+        self.encoder.build(hidden_shape)
+        self.decoder.build(hidden_shape, hidden_shape)
+        self.built = True
+
+    @staticmethod
+    def _check_ids(ids, name: str) -> tf.Tensor:
+        ids = tf.convert_to_tensor(ids)
+        if ids.shape.rank != 2:
+            raise ValueError(
+                f"{name} must be a rank-2 integer tensor [batch, length] of token ids, got "
+                f"shape {ids.shape}")
+        if not ids.dtype.is_integer:
+            raise ValueError(f"{name} must be an integer tensor of token ids, got dtype "
+                             f"{ids.dtype.name}")
+        return tf.cast(ids, tf.int32)
+
+    def call(self, inputs, training=None):
+        if not isinstance(inputs, (tuple, list)) or len(inputs) != 2:
+            raise ValueError("Transformer expects inputs=(source_ids, target_in_ids), got "
+                             f"{type(inputs).__name__}")
+        source_ids = self._check_ids(inputs[0], "source_ids")
+        target_ids = self._check_ids(inputs[1], "target_in_ids")
+        memory, source_mask = self.encode(source_ids, training=training)
+        return self.decode(target_ids, memory, source_mask, training=training)
+
+    def encode(self, source_ids, training=None):
+        """Runs the encoder once.
+
+        Returns:
+            (memory [batch, S, d_model], source_mask boolean [batch, 1, S]).
+        """
+        source_mask = padding_mask(source_ids, PAD_ID)
+        embedding = self.source_embedding or self.embedding
+        memory = self.encoder(embedding(source_ids), source_mask, training=training)
+        return memory, source_mask
+
+    def init_cache(self, memory):
+        """The decoder cache before the first step: cross-attention keys/values computed once."""
+        return self.decoder.init_cache(memory)
+
+    def decode(self, target_ids, memory, source_mask, cache=None, training=None):
+        """Decoder + pre-softmax projection.
+
+        Args:
+            target_ids: [batch, T] int ids: the whole target input (no cache) or only the new
+                positions (with a cache).
+            memory: encoder output from `encode` (unused with a cache).
+            source_mask: from `encode`.
+            cache: None, or from `init_cache` / the previous `decode` call.
+
+        Returns:
+            logits [batch, T, vocab] (float32), plus the grown cache when `cache` was given.
+        """
+        embeddings = self.embedding(target_ids)
+        if cache is None:
+            length = tf.shape(target_ids)[1]
+            self_mask = tf.logical_and(causal_mask(length), padding_mask(target_ids, PAD_ID))
+            hidden = self.decoder(embeddings, memory, self_mask, source_mask, training=training)
+            return tf.cast(self.embedding.logits(hidden), tf.float32)
+        new_length = tf.shape(target_ids)[1]
+        self_mask = causal_mask(new_length, tf.shape(cache[0]["self_keys"])[2] + new_length)
+        hidden, cache = self.decoder(embeddings, memory, self_mask, source_mask, cache=cache,
+                                     training=training)
+        return tf.cast(self.embedding.logits(hidden), tf.float32), cache
+
+    def _symbolic_build(self, iterator=None, data_batch=None):
+        # Under a tf.distribute strategy, Keras 3.15 averages one distributed batch across the
+        # replicas ("MEAN") before building the model symbolically, which turns the int32 token
+        # ids into float32 and would trip the dtype check in `call`. Only dtypes and shapes are
+        # used here, so give the ids and labels their integer dtype back.
+        if data_batch is not None:
+            x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data_batch)
+            as_ids = lambda v: v if v is None or v.dtype.is_integer else tf.cast(v, tf.int32)  # noqa: E731
+            data_batch = keras.utils.pack_x_y_sample_weight(
+                tf.nest.map_structure(as_ids, x), tf.nest.map_structure(as_ids, y),
+                sample_weight)
+        return super()._symbolic_build(iterator=iterator, data_batch=data_batch)
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.transformer_config.to_dict()}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
