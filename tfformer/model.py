@@ -88,6 +88,8 @@ class Transformer(keras.Model):
         Returns:
             (memory [batch, S, d_model], source_mask boolean [batch, 1, S]).
         """
+        if not self.built:  # search calls encode/init_cache/decode before any __call__
+            self.build()
         source_mask = padding_mask(source_ids, PAD_ID)
         embedding = self.source_embedding or self.embedding
         memory = self.encoder(embedding(source_ids), source_mask, training=training)
@@ -95,6 +97,8 @@ class Transformer(keras.Model):
 
     def init_cache(self, memory):
         """The decoder cache before the first step: cross-attention keys/values computed once."""
+        if not self.built:
+            self.build()
         return self.decoder.init_cache(memory)
 
     def decode(self, target_ids, memory, source_mask, cache=None, training=None):
