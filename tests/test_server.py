@@ -1,0 +1,541 @@
+"""The local TF Serving stand-in (serving.server) and the client / CLI (serving.client).
+
+Everything runs against a small stand-in SavedModel with the real model's serving contract
+(``inputs``: string [batch] -> ``translations``: string [batch], ``scores``: float32 [batch]),
+written here into tmp dirs: a word-by-word dictionary "translator" whose version N > 1 prefixes
+``vN:``, with a lookup table (hence a ``__saved_model_init_op``) and a ``__slow__`` marker that
+makes a call busy-wait 1.5 s (for the in-flight-at-shutdown test).
+All servers bind 127.0.0.1 on port 0.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent import futures
+
+import grpc
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.core.protobuf import saved_model_pb2
+from tensorflow_serving.apis import (
+    classification_pb2,
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    inference_pb2,
+    model_service_pb2_grpc,
+    predict_pb2,
+    prediction_service_pb2_grpc,
+    regression_pb2,
+)
+
+from serving import client, server
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODEL = "tfformer"
+SLOW_SECONDS = 1.5
+
+
+# --------------------------------------------------------------------------------------------
+# The stand-in model
+
+
+class _StandIn(tf.Module):
+    def __init__(self, version: int):
+        super().__init__()
+        self.version = version
+        self.table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(["hola", "mundo", "gato"],
+                                                ["hello", "world", "cat"]),
+            default_value="")
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    def translate(self, inputs):
+        slow = tf.reduce_any(tf.strings.regex_full_match(inputs, r".*__slow__.*"))
+        start = tf.timestamp()
+        end = start + tf.where(slow, tf.constant(SLOW_SECONDS, tf.float64),
+                               tf.constant(0.0, tf.float64))
+        waited = tf.while_loop(lambda t: t < end, lambda t: [tf.timestamp()], [start])[0]
+        with tf.control_dependencies([waited]):
+            def word(flat):
+                found = self.table.lookup(flat)
+                return tf.where(found == "", tf.strings.upper(flat, encoding="utf-8"), found)
+
+            words = tf.ragged.map_flat_values(word, tf.strings.split(inputs))
+            text = tf.strings.reduce_join(words, axis=-1, separator=" ")
+            if self.version > 1:
+                text = tf.strings.join([tf.fill(tf.shape(inputs), f"v{self.version}:"), text])
+            length = tf.cast(tf.strings.length(inputs, unit="UTF8_CHAR"), tf.float32)
+        return {"translations": text, "scores": -0.5 * float(self.version) * length}
+
+
+def write_standin(version_dir, version: int) -> None:
+    module = _StandIn(version)
+    tf.saved_model.save(module, str(version_dir),
+                        signatures={"serving_default": module.translate,
+                                    "translate": module.translate})
+
+
+def in_process(version_dir, sentences):
+    """What calling the SavedModel in process returns: (texts as str, scores as float32)."""
+    outputs = tf.saved_model.load(str(version_dir)).signatures["serving_default"](
+        inputs=tf.constant(sentences, dtype=tf.string))
+    return ([t.decode("utf-8") for t in outputs["translations"].numpy()],
+            outputs["scores"].numpy())
+
+
+# --------------------------------------------------------------------------------------------
+# Fixtures and helpers
+
+
+@pytest.fixture(scope="module")
+def model_base(tmp_path_factory):
+    """BASE/tfformer with versions 1 and 2 (for --saved-model), served at version 2 below."""
+    base = tmp_path_factory.mktemp("models") / MODEL
+    write_standin(base / "1", 1)
+    write_standin(base / "2", 2)
+    return base
+
+
+@pytest.fixture(scope="module")
+def handle(model_base):
+    running = server.start_server(str(model_base), MODEL, port=0, poll_seconds=0)
+    yield running
+    running.stop(grace=1)
+
+
+@pytest.fixture(scope="module")
+def stub(handle):
+    channel = grpc.insecure_channel(handle.address)
+    yield prediction_service_pb2_grpc.PredictionServiceStub(channel)
+    channel.close()
+
+
+def predict_request(values, dtype=tf.string, shape=None, model=MODEL, signature="",
+                    input_name="inputs", version=None):
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = model
+    request.model_spec.signature_name = signature
+    if version is not None:
+        request.model_spec.version.value = version
+    request.inputs[input_name].CopyFrom(tf.make_tensor_proto(values, dtype=dtype, shape=shape))
+    return request
+
+
+def texts_and_scores(response):
+    return ([t.decode("utf-8") for t in tf.make_ndarray(response.outputs["translations"])],
+            tf.make_ndarray(response.outputs["scores"]))
+
+
+def rpc_error(call, request):
+    with pytest.raises(grpc.RpcError) as caught:
+        call(request, timeout=10)
+    return caught.value
+
+
+def free_port() -> int:
+    """A port nothing listens on (bound then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def subprocess_env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO_ROOT, env.get("PYTHONPATH")]))
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return env
+
+
+# --------------------------------------------------------------------------------------------
+# Round trip and metadata
+
+
+def test_predict_round_trip_matches_the_saved_model_in_process(stub, model_base):
+    sentences = ["hola mundo", "", "el gato  negro", "ñandú hola"]
+    response = stub.Predict(predict_request(sentences), timeout=10)
+
+    texts, scores = texts_and_scores(response)
+    want_texts, want_scores = in_process(model_base / "2", sentences)
+    assert texts == want_texts == ["v2:hello world", "v2:", "v2:EL cat NEGRO", "v2:ÑANDÚ hello"]
+    assert scores.dtype == np.float32 and scores.tolist() == want_scores.tolist()
+    # TF Serving fills the model spec it served and puts floats in float_val (AsProtoField).
+    assert response.model_spec.name == MODEL
+    assert response.model_spec.version.value == 2
+    assert response.model_spec.signature_name == "serving_default"
+    assert list(response.outputs["scores"].float_val) == want_scores.tolist()
+    assert set(response.outputs) == {"translations", "scores"}
+
+
+def test_translate_signature_alias_and_output_filter(stub):
+    request = predict_request(["hola"], signature="translate")
+    request.output_filter.append("scores")
+    response = stub.Predict(request, timeout=10)
+    assert set(response.outputs) == {"scores"}
+    assert response.model_spec.signature_name == "translate"
+    assert tf.make_ndarray(response.outputs["scores"]).tolist() == [-4.0]
+
+
+def test_client_translate_matches_in_process_and_reuses_a_channel(handle, model_base):
+    sentences = [f"hola {i}" for i in range(5)] + ["mundo"]
+    want_texts, want_scores = in_process(model_base / "2", sentences)
+    with grpc.insecure_channel(handle.address) as channel:
+        got = client.translate(sentences, model=MODEL, channel=channel, batch_size=4)
+        again = client.translate(["gato"], channel=channel)  # the channel is left open
+    assert [t.text for t in got] == want_texts
+    assert [t.score for t in got] == pytest.approx(want_scores.tolist())
+    assert again == [client.Translation("v2:cat", -4.0)]
+    assert client.translate([], server=handle.address) == []
+    with pytest.raises(TypeError):
+        client.translate("hola mundo", server=handle.address)
+
+
+def test_get_model_metadata_lists_the_signature_without_the_init_op(stub, model_base):
+    saved_model = saved_model_pb2.SavedModel()
+    saved_model.ParseFromString((model_base / "2" / "saved_model.pb").read_bytes())
+    assert "__saved_model_init_op" in saved_model.meta_graphs[0].signature_def  # hidden below
+
+    request = get_model_metadata_pb2.GetModelMetadataRequest()
+    request.model_spec.name = MODEL
+    request.metadata_field.append("signature_def")
+    response = stub.GetModelMetadata(request, timeout=10)
+
+    assert response.model_spec.name == MODEL and response.model_spec.version.value == 2
+    signature_map = get_model_metadata_pb2.SignatureDefMap()
+    assert response.metadata["signature_def"].Unpack(signature_map)
+    assert set(signature_map.signature_def) == {"serving_default", "translate"}
+    signature = signature_map.signature_def["serving_default"]
+    assert signature.method_name == "tensorflow/serving/predict"
+    assert {k: v.dtype for k, v in signature.inputs.items()} == {
+        "inputs": tf.string.as_datatype_enum}
+    assert {k: v.dtype for k, v in signature.outputs.items()} == {
+        "translations": tf.string.as_datatype_enum, "scores": tf.float32.as_datatype_enum}
+    assert [d.size for d in signature.inputs["inputs"].tensor_shape.dim] == [-1]
+
+
+def test_get_model_status_reports_the_available_version(handle):
+    with grpc.insecure_channel(handle.address) as channel:
+        status_stub = model_service_pb2_grpc.ModelServiceStub(channel)
+        request = get_model_status_pb2.GetModelStatusRequest()
+        request.model_spec.name = MODEL
+        response = status_stub.GetModelStatus(request, timeout=10)
+        assert [(s.version, s.state) for s in response.model_version_status] == [
+            (2, get_model_status_pb2.ModelVersionStatus.AVAILABLE)]
+        request.model_spec.name = "nope"
+        assert rpc_error(status_stub.GetModelStatus, request).code() == grpc.StatusCode.NOT_FOUND
+
+
+# --------------------------------------------------------------------------------------------
+# Bad requests: each gets a defined status, and the server keeps serving
+
+
+def _over_limit_batch():
+    return predict_request(["hola"] * (server.DEFAULT_MAX_BATCH_SIZE + 1))
+
+
+def _unknown_output():
+    request = predict_request(["hola"])
+    request.output_filter.append("logits")
+    return request
+
+
+def _missing_input():
+    request = predict_request(["hola"])
+    del request.inputs["inputs"]
+    return request
+
+
+def _version_label():
+    request = predict_request(["hola"])
+    request.model_spec.version_label = "stable"
+    return request
+
+
+BAD_REQUESTS = {
+    "wrong dtype": (lambda: predict_request([1.0], dtype=tf.float32),
+                    grpc.StatusCode.INVALID_ARGUMENT, "expected dtype DT_STRING but got DT_FLOAT"),
+    "scalar (rank 0)": (lambda: predict_request("hola mundo"),
+                        grpc.StatusCode.INVALID_ARGUMENT, "(rank 0) is not compatible"),
+    "rank 2": (lambda: predict_request([["hola"]]),
+               grpc.StatusCode.INVALID_ARGUMENT, "(rank 2) is not compatible"),
+    "empty batch": (lambda: predict_request([], shape=[0]),
+                    grpc.StatusCode.INVALID_ARGUMENT, "empty batch"),
+    "100,000 characters": (lambda: predict_request(["hola", "a" * 100_000]),
+                           grpc.StatusCode.INVALID_ARGUMENT,
+                           '"inputs"[1]: 100000 characters exceeds the maximum of 1000'),
+    "invalid UTF-8": (lambda: predict_request([b"hola", b"mundo", b"caf\xe9"]),
+                      grpc.StatusCode.INVALID_ARGUMENT, '"inputs"[2]: not valid UTF-8'),
+    "batch over the limit": (_over_limit_batch, grpc.StatusCode.INVALID_ARGUMENT,
+                             "batch size 65 exceeds the maximum of 64"),
+    "unknown input name": (lambda: predict_request(["hola"], input_name="text"),
+                           grpc.StatusCode.INVALID_ARGUMENT,
+                           "input tensor alias not found in signature: text"),
+    "missing input": (_missing_input, grpc.StatusCode.INVALID_ARGUMENT,
+                      "Missing but required: {inputs}"),
+    "unknown output filter": (_unknown_output, grpc.StatusCode.INVALID_ARGUMENT,
+                              "output tensor alias not found in signature: logits"),
+    "unknown model": (lambda: predict_request(["hola"], model="nope"),
+                      grpc.StatusCode.NOT_FOUND, "Servable not found for request: Latest(nope)"),
+    "unloaded version": (lambda: predict_request(["hola"], version=7),
+                         grpc.StatusCode.NOT_FOUND,
+                         "Servable not found for request: Specific(tfformer, 7)"),
+    "version label": (_version_label, grpc.StatusCode.INVALID_ARGUMENT,
+                      "Unrecognized servable version label: stable"),
+    "unknown signature": (lambda: predict_request(["hola"], signature="nope"),
+                          grpc.StatusCode.FAILED_PRECONDITION,
+                          'Serving signature key "nope" not found.'),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_REQUESTS))
+def test_bad_predict_requests_get_a_defined_status_and_the_server_keeps_serving(stub, case):
+    make_request, code, details = BAD_REQUESTS[case]
+    error = rpc_error(stub.Predict, make_request())
+    assert error.code() == code
+    assert details in error.details()
+    texts, _ = texts_and_scores(stub.Predict(predict_request(["hola"]), timeout=10))
+    assert texts == ["v2:hello"]
+
+
+def test_empty_string_is_a_valid_input(stub, model_base):
+    texts, scores = texts_and_scores(stub.Predict(predict_request(["", "hola"]), timeout=10))
+    assert (texts, scores.tolist()) == (["v2:", "v2:hello"], [0.0, -4.0])
+    assert texts == in_process(model_base / "2", ["", "hola"])[0]
+
+
+def test_limits_are_inclusive(stub):
+    # 1000 characters (2000 bytes) each, in the largest batch: both limits are inclusive.
+    request = predict_request(["é" * 1000] * server.DEFAULT_MAX_BATCH_SIZE)
+    texts, _ = texts_and_scores(stub.Predict(request, timeout=10))
+    assert texts == ["v2:" + "É" * 1000] * server.DEFAULT_MAX_BATCH_SIZE
+
+
+def test_unimplemented_and_invalid_metadata_calls(stub):
+    classify = classification_pb2.ClassificationRequest()
+    classify.model_spec.name = MODEL
+    assert rpc_error(stub.Classify, classify).code() == grpc.StatusCode.UNIMPLEMENTED
+    regress = regression_pb2.RegressionRequest()
+    assert rpc_error(stub.Regress, regress).code() == grpc.StatusCode.UNIMPLEMENTED
+    multi = inference_pb2.MultiInferenceRequest()
+    assert rpc_error(stub.MultiInference, multi).code() == grpc.StatusCode.UNIMPLEMENTED
+
+    metadata = get_model_metadata_pb2.GetModelMetadataRequest()
+    metadata.model_spec.name = MODEL
+    metadata.metadata_field.append("graph")
+    error = rpc_error(stub.GetModelMetadata, metadata)
+    assert (error.code(), error.details()) == (grpc.StatusCode.INVALID_ARGUMENT,
+                                               "Metadata field graph is not supported")
+    del metadata.metadata_field[:]
+    assert rpc_error(stub.GetModelMetadata, metadata).code() == grpc.StatusCode.INVALID_ARGUMENT
+    texts, _ = texts_and_scores(stub.Predict(predict_request(["mundo"]), timeout=10))
+    assert texts == ["v2:world"]
+
+
+# --------------------------------------------------------------------------------------------
+# Concurrency
+
+
+def test_500_requests_from_16_threads_all_answer_correctly(stub, model_base):
+    pool = ["hola", "mundo", "gato", "hola mundo", "perro", "el gato", "", "ñu", "casa grande",
+            "hola gato mundo", "uno dos tres", "x"]
+    want_texts, want_scores = in_process(model_base / "2", pool)
+    expected = {s: (t, float(sc)) for s, t, sc in zip(pool, want_texts, want_scores, strict=True)}
+
+    def one(i):
+        batch = [pool[(i + j) % len(pool)] for j in range(1 + i % 4)]
+        texts, scores = texts_and_scores(stub.Predict(predict_request(batch), timeout=30))
+        return batch, list(zip(texts, scores.tolist(), strict=True))
+
+    with futures.ThreadPoolExecutor(max_workers=16) as executor:
+        results = list(executor.map(one, range(500)))
+    assert len(results) == 500
+    for batch, got in results:
+        assert got == [expected[s] for s in batch]
+
+
+# --------------------------------------------------------------------------------------------
+# Versions
+
+
+def _wait_for(predicate, timeout=30.0, interval=0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout} s")
+
+
+def test_new_version_is_picked_up_and_a_broken_one_is_not(tmp_path, caplog):
+    caplog.set_level("INFO", logger="serving.server")
+    base = tmp_path / MODEL
+    write_standin(base / "1", 1)
+    running = server.start_server(str(base), MODEL, port=0, poll_seconds=0.2)
+    try:
+        with grpc.insecure_channel(running.address) as channel:
+            stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+
+            def served():
+                response = stub.Predict(predict_request(["hola"]), timeout=10)
+                return response.model_spec.version.value, texts_and_scores(response)[0]
+
+            assert served() == (1, ["hello"])
+            write_standin(base / "2", 2)  # written in place while serving
+            _wait_for(lambda: served()[0] == 2)
+            assert served() == (2, ["v2:hello"])
+            old = rpc_error(stub.Predict, predict_request(["hola"], version=1))
+            assert old.code() == grpc.StatusCode.NOT_FOUND
+            assert "Specific(tfformer, 1)" in old.details()
+            pinned = stub.Predict(predict_request(["hola"], version=2), timeout=10)
+            assert texts_and_scores(pinned)[0] == ["v2:hello"]
+
+            # A new version that fails to load is logged; version 2 keeps serving.
+            (base / "3").mkdir()
+            (base / "3" / "saved_model.pb").write_bytes(b"not a SavedModel")
+            _wait_for(lambda: any("Failed to load servable tfformer version 3" in r.getMessage()
+                                  for r in caplog.records))
+            assert served() == (2, ["v2:hello"])
+    finally:
+        running.stop(grace=1)
+
+
+def test_start_server_without_a_version_fails_clearly(tmp_path):
+    (tmp_path / MODEL / "not-a-version").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match="no version directory"):
+        server.start_server(str(tmp_path / MODEL), port=0)
+
+
+# --------------------------------------------------------------------------------------------
+# Process: SIGTERM while a request is in flight
+
+
+class _Lines:
+    """Lines of a subprocess's merged stdout/stderr, read by a thread."""
+
+    def __init__(self, stream):
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream):
+        for line in stream:
+            self.lines.put(line)
+
+    def wait_for(self, pattern, timeout):
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(f"no line matching {pattern!r}; output:\n"
+                                     + "".join(self.seen))
+            try:
+                line = self.lines.get(timeout=remaining)
+            except queue.Empty:
+                continue
+            self.seen.append(line)
+            match = re.search(pattern, line)
+            if match:
+                return match
+
+
+def test_sigterm_finishes_the_in_flight_request_and_exits_0(model_base):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "serving.server", "--model-base-path", str(model_base),
+         "--port", "0", "--log-level", "DEBUG", "--grace-seconds", "20"],
+        cwd=REPO_ROOT, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True)
+    try:
+        output = _Lines(process.stdout)
+        port = output.wait_for(r"model 'tfformer' listening on 127\.0\.0\.1:(\d+)", 60).group(1)
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+            in_flight = stub.Predict.future(predict_request(["hola __slow__"]), timeout=30)
+            output.wait_for(r"Predict tfformer version 2", 20)  # the model call has started
+            signalled = time.monotonic()
+            process.send_signal(signal.SIGTERM)
+            texts, _ = texts_and_scores(in_flight.result())
+            assert texts == ["v2:hello __SLOW__"]
+        assert process.wait(timeout=20) == 0
+        assert time.monotonic() - signalled < 10
+        output.wait_for(r"Server stopped", 5)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+
+
+def test_cli_arguments_with_scores(handle, capsys):
+    code = client.main(["--server", handle.address, "--scores", "hola mundo", "gato"])
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, "")
+    assert out == "-10\tv2:hello world\n-4\tv2:cat\n"
+
+
+def test_cli_stdin_keeps_order_and_blank_lines_across_batches(handle, capsys, monkeypatch):
+    lines = ["hola", "", "mundo", "el gato", "ñu", "perro"]
+    data = "".join(line + "\n" for line in lines).encode("utf-8")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+    code = client.main(["--server", handle.address, "--batch-size", "4"])
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, "")
+    assert out.split("\n") == ["v2:hello", "v2:", "v2:world", "v2:EL cat", "v2:ÑU", "v2:PERRO", ""]
+
+
+def test_cli_stdin_in_a_subprocess(handle):
+    result = subprocess.run(
+        [sys.executable, "-m", "serving.client", "--server", handle.address],
+        input="hola mundo\nñandú\n".encode("utf-8"), capture_output=True, cwd=REPO_ROOT,
+        env=subprocess_env(), timeout=60)
+    assert result.returncode == 0, result.stderr.decode(errors="replace")
+    assert result.stdout.decode("utf-8") == "v2:hello world\nv2:ÑANDÚ\n"
+
+
+def test_cli_saved_model_mode_takes_a_version_dir_or_the_highest_version(model_base, capsys):
+    assert client.main(["--saved-model", str(model_base / "1"), "hola mundo"]) == 0
+    assert capsys.readouterr().out == "hello world\n"
+    assert client.main(["--saved-model", str(model_base), "--scores", "hola mundo"]) == 0
+    assert capsys.readouterr().out == "-10\tv2:hello world\n"
+    assert client.main(["--saved-model", str(model_base / "nope"), "hola"]) == 1
+    assert "neither a SavedModel directory nor a model base path" in capsys.readouterr().err
+
+
+def test_cli_unreachable_server_exits_non_zero_with_a_clear_message():
+    port = free_port()
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "serving.client", "--server", f"127.0.0.1:{port}",
+         "--timeout", "3", "hola"],
+        capture_output=True, text=True, cwd=REPO_ROOT, env=subprocess_env(), timeout=60)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert f"tfformer-translate: error: UNAVAILABLE from 127.0.0.1:{port}" in result.stderr
+    assert time.monotonic() - started < 30
+
+
+def test_cli_server_side_rejection_exits_non_zero(handle, capsys):
+    assert client.main(["--server", handle.address, "x" * 1001]) == 1
+    err = capsys.readouterr().err
+    assert "INVALID_ARGUMENT" in err and "exceeds the maximum of 1000" in err
+    assert client.main(["--server", handle.address, "--model", "nope", "hola"]) == 1
+    assert "NOT_FOUND" in capsys.readouterr().err
+
+
+def test_translation_error_carries_code_and_details(handle):
+    with pytest.raises(client.TranslationError) as caught:
+        client.translate(["hola"], server=handle.address, signature="nope")
+    assert caught.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert caught.value.details == 'Serving signature key "nope" not found.'
