@@ -1,0 +1,376 @@
+"""Tests of tfformer.data (readers, --data specs, tf.data pipeline) and tfformer.builtin_corpus."""
+
+import collections
+import os
+import subprocess
+import sys
+import textwrap
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfformer
+from tfformer import builtin_corpus as bc
+from tfformer.builtin_corpus import NounPhrase, Sentence, builtin_pairs, render
+from tfformer.data import (
+    DataError, ParallelText, hold_out, load_data, make_dataset, make_eval_dataset, read_tfds,
+    read_tsv)
+from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from tfformer.tokenizer import Tokenizer
+
+# ---------------------------------------------------------------------------------------------
+# Built-in corpus
+# ---------------------------------------------------------------------------------------------
+
+
+def test_builtin_corpus_is_deterministic_and_seeded():
+    first = builtin_pairs("train", 300, seed=0)
+    assert builtin_pairs("train", 300, seed=0) == first
+    assert builtin_pairs("train", 100, seed=0) == first[:100]  # n only truncates
+    other = builtin_pairs("train", 300, seed=1)
+    assert len(set(first) & set(other)) < 30  # a different seed, a different corpus
+
+
+def test_builtin_splits_are_disjoint_and_sized():
+    train = builtin_pairs("train")
+    dev = builtin_pairs("dev")
+    test = builtin_pairs("test", 200)
+    assert (len(train), len(dev)) == (20000, 500)
+    train_sources = {s for s, _ in train}
+    assert not train_sources & {s for s, _ in dev}
+    assert not train_sources & {s for s, _ in test}
+    assert not {s for s, _ in dev} & {s for s, _ in test}
+    # Sentence lengths and vocabulary: big enough to learn from, small enough to learn.
+    lengths = [len(s.split()) for s, _ in train]
+    assert min(lengths) >= bc.MIN_WORDS and max(lengths) <= bc.MAX_WORDS
+    es_words = {w.strip(".").lower() for s, _ in train for w in s.split()}
+    en_words = {w.strip(".").lower() for _, t in train for w in t.split()}
+    assert 300 < len(es_words) < 2000 and 300 < len(en_words) < 2000
+
+
+def test_builtin_reorders_adjectives_and_agrees():
+    sentence = Sentence(
+        subject=NounPhrase("perro", plural=True, count=3, adjectives=("rojo",)), verb="comer",
+        obj=NounPhrase("manzana", plural=True, det="none", adjectives=("verde",)))
+    assert render(sentence) == ("Los tres perros rojos comen manzanas verdes.",
+                                "The three red dogs eat green apples.")
+    # Gender agreement of number and adjective, personal "a" + contraction, do-support.
+    sentence = Sentence(
+        subject=NounPhrase("niña", det="this", adjectives=("pequeño",)), verb="ayudar",
+        negated=True, obj=NounPhrase("hombre", possessor=NounPhrase("mujer", plural=True)),
+        pp=("cerca de", NounPhrase("río")), time="hoy")
+    assert render(sentence) == (
+        "Esta niña pequeña no ayuda al hombre de las mujeres cerca del río hoy.",
+        "This small girl does not help the women's man near the river today.")
+    sentence = Sentence(subject="nosotras", drop_pronoun=True, verb="comprar",
+                        obj=NounPhrase("manzana", plural=True, det="none", count=201,
+                                       adjectives=("rojo", "grande")))
+    assert render(sentence) == ("Compramos doscientas una manzanas rojas y grandes.",
+                                "We buy two hundred one red and big apples.")
+    sentence = Sentence(kind="exist", pp=("en", NounPhrase("jardín")),
+                        obj=NounPhrase("elefante", det="indef", adjectives=("viejo",)))
+    assert render(sentence) == ("Hay un elefante viejo en el jardín.",
+                                "There is an old elephant in the garden.")
+
+
+def test_numbers():
+    assert bc.number_to_spanish(342) == "trescientos cuarenta y dos"
+    assert bc.number_to_english(342) == "three hundred forty-two"
+    assert bc.number_to_spanish(21) == "veintiún"
+    assert bc.number_to_spanish(21, feminine=True) == "veintiuna"
+    assert bc.number_to_spanish(100) == "cien" and bc.number_to_spanish(101) == "ciento un"
+    assert bc.number_to_spanish(515, feminine=True) == "quinientas quince"
+    assert bc.number_to_english(100) == "one hundred" and bc.number_to_english(17) == "seventeen"
+    assert bc.number_to_english(90) == "ninety" and bc.number_to_english(999) == (
+        "nine hundred ninety-nine")
+    with pytest.raises(ValueError):
+        bc.number_to_spanish(1000)
+
+
+# ---------------------------------------------------------------------------------------------
+# TSV reader and --data specs
+# ---------------------------------------------------------------------------------------------
+
+
+def _write(tmp_path, name, data: bytes):
+    path = tmp_path / name
+    path.write_bytes(data)
+    return str(path)
+
+
+def test_read_tsv_good_file(tmp_path):
+    path = _write(tmp_path, "train.tsv",
+                  "\ufeffHola mundo\tHello world\r\n  ¿Qué tal? \t How are you?\n".encode())
+    text = read_tsv(path)
+    assert text.pairs == [("Hola mundo", "Hello world"), ("¿Qué tal?", "How are you?")]
+    assert text.skipped == [] and text.path == path
+
+
+BAD_LINES = [
+    (b"a\tb\nno tab here\nc\td\n", 2, "no TAB separator"),
+    (b"a\tb\nc\td\ne\tf\tg\n", 3, "2 TAB separators"),
+    (b"a\tb\n \tonly target\n", 2, "empty source side"),
+    (b"only source\t  \n", 1, "empty target side"),
+    (b"a\tb\nc\td\n\xff\xfe\tx\n", 3, "invalid UTF-8"),
+    (b"a\tb\n\nc\td\n", 2, "empty line"),
+]
+
+
+@pytest.mark.parametrize("data,line,reason", BAD_LINES)
+def test_read_tsv_bad_line_names_file_and_line(tmp_path, data, line, reason):
+    path = _write(tmp_path, "train.tsv", data)
+    with pytest.raises(DataError) as error:
+        read_tsv(path)
+    assert isinstance(error.value, ValueError)
+    assert str(error.value).startswith(f"{path}:{line}: ")
+    assert reason in str(error.value)
+    assert error.value.line == line and error.value.path == path
+
+
+def test_read_tsv_skip_bad_lines_counts_them(tmp_path):
+    data = b"a\tb\nno tab\nc\td\n\t\n\xffx\ty\ne\tf\tg\nh\ti\n"
+    text = read_tsv(_write(tmp_path, "mixed.tsv", data), skip_bad_lines=True)
+    assert text.pairs == [("a", "b"), ("c", "d"), ("h", "i")]
+    assert [n for n, _ in text.skipped] == [2, 4, 5, 6]
+    assert text.num_skipped == 4
+    assert "no TAB" in text.skipped[0][1] and "UTF-8" in text.skipped[2][1]
+
+
+@pytest.mark.parametrize("data", [b"", b"\n", b"  \n\n"])
+def test_read_tsv_empty_file_is_always_an_error(tmp_path, data):
+    path = _write(tmp_path, "empty.tsv", data)
+    for skip in (False, True):
+        with pytest.raises(DataError, match="empty file") as error:
+            read_tsv(path, skip_bad_lines=skip)
+        assert path in str(error.value)
+
+
+def test_read_tsv_all_lines_bad_is_an_error_even_when_skipping(tmp_path):
+    path = _write(tmp_path, "bad.tsv", b"no tab\nnone here either\n")
+    with pytest.raises(DataError, match=r"no valid line \(2 bad lines skipped\)"):
+        read_tsv(path, skip_bad_lines=True)
+
+
+def test_load_data_tsv_holds_out_a_deterministic_dev_slice(tmp_path):
+    lines = [f"fuente {i}\ttarget {i}" for i in range(250)]
+    path = _write(tmp_path, "train.tsv", ("\n".join(lines) + "\n").encode())
+    splits = load_data(f"tsv:{path}", seed=5)
+    assert splits.dev_held_out and len(splits.dev) == 2  # round(1% of 250)
+    everything = sorted(splits.train.pairs + splits.dev.pairs)
+    assert everything == sorted(read_tsv(path).pairs)
+    assert not set(splits.train.pairs) & set(splits.dev.pairs)
+    assert load_data(f"tsv:{path}", seed=5).dev.pairs == splits.dev.pairs
+    assert any("held out" in note for note in splits.notes)
+    # At most 1000 pairs are held out.
+    big, dev = hold_out(ParallelText([(str(i), str(i)) for i in range(200_000)], "x"))
+    assert len(dev) == 1000 and len(big) == 199_000
+
+
+def test_load_data_tsv_with_dev_and_skipped_lines(tmp_path):
+    train = _write(tmp_path, "train.tsv", b"a\tb\nbad\nc\td\n")
+    dev = _write(tmp_path, "dev.tsv", b"e\tf\n")
+    splits = load_data(f"tsv:{train},{dev}", skip_bad_lines=True)
+    assert splits.train.pairs == [("a", "b"), ("c", "d")] and splits.dev.pairs == [("e", "f")]
+    assert not splits.dev_held_out
+    assert any("skipped 1 bad lines" in note and "line 2" in note for note in splits.notes)
+    with pytest.raises(DataError, match=":2: no TAB"):
+        load_data(f"tsv:{train},{dev}")
+
+
+def test_load_data_builtin_and_bad_specs():
+    splits = load_data("builtin:40")
+    assert len(splits.train) == 40 and len(splits.dev) == 500
+    assert splits.train.pairs == builtin_pairs("train", 40)
+    for spec in ("", "csv:x", "tsv:", "tsv:a,b,c", "tfds:", "builtin:zero", "builtin:0"):
+        with pytest.raises(ValueError):
+            load_data(spec)
+
+
+def test_tfds_missing_gives_install_hint(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)  # makes the import fail
+    with pytest.raises(ImportError, match="pip install tensorflow-datasets"):
+        load_data("tfds:ted_hrlr_translate/pt_to_en")
+
+
+def test_read_tfds_decodes_supervised_pairs(monkeypatch):
+    examples = [(b"ol\xc3\xa1", b"hello"), (b"  ", b"empty source"), (b"tchau", b"bye")]
+    calls = []
+
+    def load(name, split, as_supervised, data_dir=None):
+        calls.append((name, split, as_supervised))
+        return examples
+
+    fake = types.SimpleNamespace(load=load, as_numpy=lambda dataset: iter(dataset))
+    monkeypatch.setitem(sys.modules, "tensorflow_datasets", fake)
+    text = read_tfds("ted_hrlr_translate/pt_to_en", "validation", skip_bad_lines=True)
+    assert calls == [("ted_hrlr_translate/pt_to_en", "validation", True)]
+    assert text.pairs == [("olá", "hello"), ("tchau", "bye")]
+    assert text.skipped == [(2, "empty source side")]
+    with pytest.raises(DataError, match=r"tfds:ted_hrlr_translate/pt_to_en\[train\]:2: empty"):
+        read_tfds("ted_hrlr_translate/pt_to_en")
+
+
+# ---------------------------------------------------------------------------------------------
+# tf.data pipeline
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    pairs = builtin_pairs("train", 1500, seed=0)
+    return Tokenizer.train([side for pair in pairs for side in pair], 300, seed=0)
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    # Short and long pairs, so that some exceed max_length on either side.
+    long_source = " ".join(["los perros rojos comen manzanas verdes"] * 8)
+    return builtin_pairs("dev", 300, seed=0) + [
+        (long_source, "The dogs eat."), ("El perro come.", long_source), (long_source, long_source)]
+
+
+def _expected_rows(pairs, tokenizer, max_length):
+    """Independent reference: the model-side ids of every pair, and how many are too long."""
+    sources = tokenizer.tokenize(tf.constant([s for s, _ in pairs])).to_list()
+    targets = tokenizer.tokenize(tf.constant([t for _, t in pairs])).to_list()
+    rows, dropped = [], 0
+    for s, t in zip(sources, targets):
+        if len(s) + 1 > max_length or len(t) + 1 > max_length:
+            dropped += 1
+        else:
+            rows.append((tuple(s + [EOS_ID]), tuple([BOS_ID] + t), tuple(t + [EOS_ID])))
+    return rows, dropped
+
+
+def _rows(dataset, batch_tokens):
+    """Un-pads every batch, checking the budget and that padding goes to the longest row only."""
+    rows, pad_rows, batches = [], 0, 0
+    for (source, target_in), target_out in dataset.as_numpy_iterator():
+        batches += 1
+        assert source.dtype == target_in.dtype == target_out.dtype == np.int32
+        assert target_in.shape == target_out.shape and source.shape[0] == target_in.shape[0]
+        assert source.shape[0] * max(source.shape[1], target_in.shape[1]) <= batch_tokens
+        real = source[:, 0] != PAD_ID
+        pad_rows += int((~real).sum())
+        assert (source[~real] == PAD_ID).all() and (target_out[~real] == PAD_ID).all()
+        # Padded to the batch's own longest sentence: some row reaches the last column.
+        assert (source[real, -1] != PAD_ID).any() and (target_out[real, -1] != PAD_ID).any()
+        for s, ti, to in zip(source[real], target_in[real], target_out[real]):
+            s_len, t_len = int((s != PAD_ID).sum()), int((to != PAD_ID).sum())
+            assert (s[s_len:] == PAD_ID).all() and (to[t_len:] == PAD_ID).all()  # PAD at end only
+            rows.append((tuple(s[:s_len]), tuple(ti[:t_len]), tuple(to[:t_len])))
+    return rows, pad_rows, batches
+
+
+def test_batches_honour_budget_and_hold_every_pair_once(tokenizer, pairs):
+    dataset, info = make_dataset(pairs, tokenizer, batch_tokens=200, max_length=40, seed=1)
+    rows, pad_rows, batches = _rows(dataset, 200)
+    expected, dropped = _expected_rows(pairs, tokenizer, 40)
+    assert collections.Counter(rows) == collections.Counter(expected)
+    assert pad_rows == 0 and batches == info.num_batches
+    assert info.num_dropped == dropped >= 3 and info.num_pairs == len(pairs) - dropped
+    assert info.num_input_pairs == len(pairs)
+    assert info.num_source_tokens == sum(len(s) for s, _, _ in expected)
+    assert batches > 1  # several batches, so the budget was actually binding
+
+
+def test_bos_and_eos_placement(tokenizer, pairs):
+    dataset, _ = make_eval_dataset(pairs[:50], tokenizer, batch_tokens=400, max_length=64)
+    rows, _, _ = _rows(dataset, 400)
+    assert len(rows) == 50
+    for source, target_in, target_out in rows:
+        assert source[-1] == EOS_ID and EOS_ID not in source[:-1] and BOS_ID not in source
+        assert target_in[0] == BOS_ID and BOS_ID not in target_in[1:] and EOS_ID not in target_in
+        assert target_out[-1] == EOS_ID and target_in[1:] == target_out[:-1]
+
+
+def test_overlength_pairs_are_dropped_and_counted_exactly(tokenizer, pairs):
+    lengths = [len(t) + 1 for t in tokenizer.tokenize(tf.constant([s for s, _ in pairs])).to_list()]
+    max_length = int(np.median(lengths))  # about half of the pairs are too long
+    dataset, info = make_eval_dataset(pairs, tokenizer, batch_tokens=512, max_length=max_length)
+    expected, dropped = _expected_rows(pairs, tokenizer, max_length)
+    rows, _, _ = _rows(dataset, 512)
+    assert collections.Counter(rows) == collections.Counter(expected)
+    assert info.num_dropped == dropped and dropped > len(pairs) // 4
+    assert all(len(s) <= max_length and len(to) <= max_length for s, _, to in rows)
+
+
+def test_shuffle_is_seeded_and_eval_is_deterministic(tokenizer, pairs):
+    def first_batches(**kwargs):
+        dataset, _ = make_dataset(pairs, tokenizer, batch_tokens=300, max_length=40, **kwargs)
+        return [batch[1].tolist() for batch in dataset.take(3).as_numpy_iterator()]
+
+    assert first_batches(seed=3) == first_batches(seed=3)
+    assert first_batches(seed=3) != first_batches(seed=4)
+    assert first_batches(shuffle=False) == first_batches(shuffle=False, seed=9)
+
+
+def test_repeat_streams_past_one_pass(tokenizer, pairs):
+    dataset, info = make_dataset(pairs, tokenizer, batch_tokens=300, max_length=40, repeat=True)
+    count = sum(1 for _ in dataset.take(info.num_batches + 5))
+    assert count == info.num_batches + 5
+
+
+def test_batch_multiple_pads_partial_batches_with_pad_rows(tokenizer, pairs):
+    dataset, info = make_eval_dataset(pairs, tokenizer, batch_tokens=300, max_length=40,
+                                      batch_multiple=4)
+    assert all(size % 4 == 0 for size in info.bucket_batch_sizes)
+    sizes = [batch[1].shape[0] for batch in dataset.as_numpy_iterator()]
+    assert all(size % 4 == 0 for size in sizes)
+    rows, pad_rows, _ = _rows(dataset, 300)
+    expected, _ = _expected_rows(pairs, tokenizer, 40)
+    assert collections.Counter(rows) == collections.Counter(expected)
+    assert pad_rows == sum(sizes) - len(expected) > 0
+
+
+def test_invalid_pipeline_arguments(tokenizer, pairs):
+    with pytest.raises(ValueError, match="batch_tokens"):
+        make_dataset(pairs, tokenizer, batch_tokens=30, max_length=40)
+    with pytest.raises(ValueError, match="batch_tokens"):
+        make_dataset(pairs, tokenizer, batch_tokens=60, max_length=40, batch_multiple=2)
+    with pytest.raises(ValueError, match="longer than max_length"):
+        make_dataset(pairs[-3:], tokenizer, batch_tokens=100, max_length=10)
+    with pytest.raises(ValueError, match="at least one pair"):
+        make_dataset([], tokenizer, batch_tokens=100, max_length=10)
+
+
+@pytest.mark.slow
+def test_pipeline_works_with_fit_under_mirrored_strategy(tmp_path):
+    # A subprocess, because the two logical CPU devices must exist before TF initializes.
+    script = textwrap.dedent("""
+        import tensorflow as tf
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+        import keras
+        keras.utils.set_random_seed(0)  # before the tokenizer exists (tf-text resource)
+        from tfformer.builtin_corpus import builtin_pairs
+        from tfformer.data import make_dataset, make_eval_dataset
+        from tfformer.tokenizer import Tokenizer
+        pairs = builtin_pairs("train", 400)
+        tok = Tokenizer.train([s for p in pairs for s in p], 200)
+        strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+        n = strategy.num_replicas_in_sync
+        train, _ = make_dataset(pairs, tok, batch_tokens=512, max_length=48, repeat=True,
+                                batch_multiple=n)
+        dev, _ = make_eval_dataset(builtin_pairs("dev", 15), tok, batch_tokens=512,
+                                   max_length=48, batch_multiple=n)
+        with strategy.scope():
+            src = keras.Input((None,), dtype="int32")
+            tgt = keras.Input((None,), dtype="int32")
+            emb = keras.layers.Embedding(tok.vocab_size, 8)
+            out = keras.layers.Dense(tok.vocab_size)(
+                emb(tgt) + keras.ops.mean(emb(src), axis=1, keepdims=True))
+            model = keras.Model([src, tgt], out)
+            model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.fit(train, steps_per_epoch=3, epochs=1, verbose=0)
+        print("OK", model.evaluate(dev, verbose=0))
+    """)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(tfformer.__file__)))
+    python_path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": python_path, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            env=env, timeout=300, cwd=tmp_path)
+    assert result.returncode == 0 and "OK" in result.stdout, result.stderr[-3000:]
