@@ -126,18 +126,30 @@ class Transformer(keras.Model):
                                      training=training)
         return tf.cast(self.embedding.logits(hidden), tf.float32), cache
 
-    def _symbolic_build(self, iterator=None, data_batch=None):
-        # Under a tf.distribute strategy, Keras 3.15 averages one distributed batch across the
-        # replicas ("MEAN") before building the model symbolically, which turns the int32 token
-        # ids into float32 and would trip the dtype check in `call`. Only dtypes and shapes are
-        # used here, so give the ids and labels their integer dtype back.
-        if data_batch is not None:
-            x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data_batch)
-            as_ids = lambda v: v if v is None or v.dtype.is_integer else tf.cast(v, tf.int32)  # noqa: E731
-            data_batch = keras.utils.pack_x_y_sample_weight(
-                tf.nest.map_structure(as_ids, x), tf.nest.map_structure(as_ids, y),
-                sample_weight)
-        return super()._symbolic_build(iterator=iterator, data_batch=data_batch)
+    def train_step(self, data):
+        return self._reducible_logs(super().train_step(data))
+
+    def test_step(self, data):
+        return self._reducible_logs(super().test_step(data))
+
+    def _reducible_logs(self, logs):
+        # Keras 3.15 reduces step outputs under MultiWorkerMirroredStrategy with
+        # strategy.reduce("MEAN", value, axis=0), which fails on scalars (tensorflow#72388):
+        # there, give each logged scalar an axis of one, which that reduce then averages away.
+        if isinstance(self.distribute_strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            return {name: tf.reshape(value, [1]) for name, value in logs.items()}
+        return logs
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        # Under a tf.distribute strategy, Keras 3.15 reduces one distributed batch across the
+        # replicas just to learn its shapes and dtypes: MirroredStrategy's "MEAN" turns the
+        # int32 token ids into float32, and MultiWorkerMirroredStrategy's reduce fails on it.
+        # The Transformer's inputs are always int ids of [batch, length], so build from that.
+        if self._distribute_strategy is None:
+            return
+        ids = keras.KerasTensor((None, None), "int32")
+        with self.distribute_strategy.scope():
+            self._symbolic_build(data_batch=((ids, ids), ids))
 
     def get_config(self):
         return {**super().get_config(), "config": self.transformer_config.to_dict()}

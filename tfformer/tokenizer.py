@@ -164,9 +164,14 @@ class Tokenizer(tf.Module):
             return cls(f.read())
 
     def save(self, path: str | os.PathLike) -> None:
-        """Writes the SentencePiece model to `path` (a run directory uses `tokenizer.model`)."""
-        with open(path, "wb") as f:
+        """Writes the SentencePiece model to `path` (a run directory uses `tokenizer.model`).
+
+        Written under a temporary name and renamed, so a reader never sees half a file.
+        """
+        partial = f"{os.fspath(path)}.partial"
+        with open(partial, "wb") as f:
             f.write(self._model_proto)
+        os.replace(partial, path)
 
     # -- properties --------------------------------------------------------------------------
 

@@ -1,0 +1,200 @@
+"""Training on many devices and workers, resuming after a kill, checkpoint averaging, and the
+tfformer-train program's handling of bad input."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+
+from tfformer import Transformer, TransformerConfig
+from tfformer.callbacks import KeepLastCheckpoints, average_checkpoints, list_checkpoints
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+# A model small enough for subprocess runs of a few seconds.
+SMALL = ["--set", "d_model=32", "--set", "num_heads=2", "--set", "d_ff=64",
+         "--set", "num_encoder_layers=1", "--set", "num_decoder_layers=1",
+         "--set", "max_length=64", "--vocab-size", "300", "--batch-tokens", "512",
+         "--dev-sentences", "0", "--verbose", "0"]
+
+
+def env(**extra):
+    return {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2", **extra}
+
+
+def run_script(path, timeout=600):
+    result = subprocess.run([sys.executable, path], capture_output=True, text=True,
+                            timeout=timeout, env=env())
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def train_command(out, *extra):
+    return [sys.executable, "-m", "training.train", "--data", "builtin:2000", "--out", str(out),
+            *SMALL, *extra]
+
+
+@pytest.mark.slow
+def test_two_logical_devices_match_one_device_on_the_same_batches():
+    report = run_script(os.path.join(HERE, "mirrored_fit.py"))
+    assert report["strategy"] == "MirroredStrategy" and report["replicas"] == 2
+    assert all(size % 2 == 0 for size in report["batch_sizes"])
+    assert report["steps"] == [4, 4]
+    np.testing.assert_allclose(report["mirrored_losses"], report["single_losses"], rtol=1e-5)
+    assert report["max_weight_diff"] < 1e-5
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_workers_on_localhost_train_and_agree_on_weights(tmp_path):
+    workers = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
+    out = tmp_path / "run"
+    processes = []
+    for index in range(2):
+        tf_config = json.dumps({"cluster": {"worker": workers},
+                                "task": {"type": "worker", "index": index}})
+        processes.append(subprocess.Popen(
+            train_command(out, "--steps", "4", "--steps-per-epoch", "2"),
+            env=env(TF_CONFIG=tf_config), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True))
+    outputs = [p.communicate(timeout=600) for p in processes]
+    for index, (process, (_, stderr)) in enumerate(zip(processes, outputs)):
+        assert process.returncode == 0, f"worker {index}:\n{stderr[-3000:]}"
+    assert "MultiWorkerMirroredStrategy" in outputs[0][1]
+    chief = keras.models.load_model(out / "model.keras")
+    other = keras.models.load_model(out / "worker-1" / "model.keras")
+    assert int(chief.optimizer.iterations) == int(other.optimizer.iterations) == 4
+    for a, b in zip(chief.get_weights(), other.get_weights()):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    # Both trained: the weights moved from any fresh initialisation of the same config.
+    fresh = Transformer(chief.transformer_config)
+    fresh.build()
+    assert max(np.abs(a - b).max() for a, b in zip(chief.get_weights(),
+                                                    fresh.get_weights())) > 1e-3
+
+
+def backup_step(run_dir):
+    path = os.path.join(run_dir, "backup", "training_metadata.json")
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (json.JSONDecodeError, OSError):
+        return None  # being written
+
+
+@pytest.mark.slow
+def test_run_killed_mid_epoch_resumes_from_backup_to_the_same_final_step(tmp_path):
+    out = tmp_path / "run"
+    command = train_command(out, "--steps", "60", "--steps-per-epoch", "20",
+                            "--backup-every", "5")
+    process = subprocess.Popen(command, env=env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    # Kill once a backup exists in the middle of the second epoch.
+    while time.time() < deadline:
+        meta = backup_step(out)
+        if meta and meta["epoch"] == 1 and meta["batch"] >= 4:
+            break
+        if process.poll() is not None:
+            pytest.fail("training finished before it could be killed: " + process.stderr.read())
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (out / "model.keras").exists()
+    finished_csv_rows = (out / "metrics.csv").read_text().strip().splitlines()[1:]
+    assert len(finished_csv_rows) == 1  # epoch 1 was finished and logged before the kill
+
+    result = subprocess.run(command, env=env(), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    resumed = [line for line in result.stderr.splitlines() if "starting at step" in line]
+    assert resumed, result.stderr[-2000:]
+    start_step = int(resumed[0].split("starting at step")[1].split()[0])
+    assert start_step >= 20 + 5  # the mid-epoch backup, not the last epoch end or step 0
+    model = keras.models.load_model(out / "model.keras")
+    assert int(model.optimizer.iterations) == 60
+    rows = (out / "metrics.csv").read_text().strip().splitlines()[1:]
+    assert rows[0] == finished_csv_rows[0] and len(rows) >= 3
+
+    # Running the finished command again takes no further step.
+    again = subprocess.run(command, env=env(), capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert int(keras.models.load_model(out / "model.keras").optimizer.iterations) == 60
+
+
+def test_checkpoint_averaging_equals_numpy_mean(tmp_path):
+    config = TransformerConfig(vocab_size=20, d_model=16, num_heads=2, d_ff=32,
+                               num_encoder_layers=1, num_decoder_layers=1)
+    model = Transformer(config)
+    model.build()
+    rng = np.random.default_rng(0)
+    saved = []
+    for i in range(3):
+        weights = [rng.normal(size=w.shape).astype(w.dtype) for w in model.get_weights()]
+        model.set_weights(weights)
+        path = str(tmp_path / f"ckpt-{i:05d}.weights.h5")
+        model.save_weights(path)
+        saved.append(weights)
+    average_checkpoints(model, [str(tmp_path / f"ckpt-{i:05d}.weights.h5") for i in range(3)])
+    for got, *versions in zip(model.get_weights(), *saved):
+        np.testing.assert_allclose(got, np.mean(versions, axis=0), rtol=1e-6, atol=1e-7)
+
+
+def test_keep_last_checkpoints_prunes_older_files(tmp_path):
+    config = TransformerConfig(vocab_size=20, d_model=8, num_heads=2, d_ff=8,
+                               num_encoder_layers=1, num_decoder_layers=1)
+    model = Transformer(config)
+    model.build()
+    callback = KeepLastCheckpoints(str(tmp_path), keep=2)
+    callback.set_model(model)
+    for epoch in range(4):
+        callback.on_epoch_end(epoch, {})
+    assert [os.path.basename(p) for p in list_checkpoints(str(tmp_path))] == [
+        "ckpt-00003.weights.h5", "ckpt-00004.weights.h5"]
+
+
+@pytest.mark.parametrize("content, message", [
+    ("hola\tmundo\nsin tabulador\n", "bad.tsv:2: "),
+    ("", "bad.tsv"),
+])
+def test_train_program_reports_bad_data_with_file_and_line(tmp_path, content, message):
+    bad = tmp_path / "bad.tsv"
+    bad.write_text(content)
+    result = subprocess.run(
+        [sys.executable, "-m", "training.train", "--data", f"tsv:{bad}", "--out",
+         str(tmp_path / "run")], capture_output=True, text=True, timeout=300, env=env())
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+def test_skip_bad_lines_counts_what_it_skipped(tmp_path):
+    bad = tmp_path / "bad.tsv"
+    good = "".join(f"uno dos {i}\tone two {i}\n" for i in range(60))
+    bad.write_bytes(good.encode() + b"sin tabulador\n\xff\xfe\tx\n" + good.encode())
+    command = [sys.executable, "-m", "training.train", "--data", f"tsv:{bad}",
+               "--skip-bad-lines", "--out", str(tmp_path / "run"), *SMALL, "--steps", "1"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env())
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "2 bad line(s) skipped" in result.stderr
+    assert "bad.tsv:61" in result.stderr and "bad.tsv:62" in result.stderr
+
+
+def test_bad_config_override_names_the_field(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "training.train", "--set", "d_model=100", "--set", "num_heads=3",
+         "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=300, env=env())
+    assert result.returncode == 2
+    assert "d_model (100)" in result.stderr and "num_heads (3)" in result.stderr

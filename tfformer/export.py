@@ -1,0 +1,210 @@
+"""Translator (tokenizer + model + search) and its string-in/string-out SavedModel for TF Serving.
+
+The SavedModel's signatures `serving_default` and `translate` take `inputs`: tf.string [batch]
+and return `translations`: tf.string [batch] and `scores`: float32 [batch]. One trace serves
+every batch size and sentence length. Everything in it is a core TensorFlow op or a
+tensorflow-text 2.20 op, which is what a stock TensorFlow Serving binary links; `check_ops`
+proves it against the list in `serving_ops.txt` (made by serving/make_op_allowlist.py from
+tensorflow 2.20.0 + tensorflow-text 2.20.0).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from importlib import resources
+from typing import Iterable, Sequence
+
+import keras
+import tensorflow as tf
+
+from tfformer.model import Transformer
+from tfformer.search import beam_search, greedy_search
+from tfformer.special_tokens import EOS_ID, PAD_ID
+from tfformer.tokenizer import MODEL_FILENAME, Tokenizer
+
+MODEL_KERAS_FILENAME = "model.keras"
+SIGNATURE_NAMES = ("serving_default", "translate")
+
+
+class ExportError(RuntimeError):
+    """The export is not fit for stock TF Serving, or it does not reproduce the Translator."""
+
+
+class Translator(tf.Module):
+    """Text in, text out: tokenize, encode, search, detokenize, all in one graph.
+
+    Args:
+        model: a trained `Transformer`.
+        tokenizer: the `Tokenizer` the model was trained with.
+        beam_size: k; 1 means greedy search. Defaults to the model config's (4 in the paper).
+        length_penalty: alpha (default: the config's, 0.6 in the paper).
+        max_output_extra: maximum output length = input tokens + this (default: config, 50).
+
+    Call `translate(tf.constant([...]))` (a tf.function) for tensors, or `translate_texts` for
+    Python strings.
+    """
+
+    def __init__(self, model: Transformer, tokenizer: Tokenizer, *, beam_size: int | None = None,
+                 length_penalty: float | None = None, max_output_extra: int | None = None,
+                 name: str = "translator"):
+        super().__init__(name=name)
+        config = model.transformer_config
+        if tokenizer.vocab_size > config.vocab_size:
+            raise ValueError(f"tokenizer has {tokenizer.vocab_size} ids but the model's "
+                             f"vocab_size is {config.vocab_size}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.beam_size = config.beam_size if beam_size is None else beam_size
+        self.length_penalty = config.length_penalty if length_penalty is None else length_penalty
+        self.max_output_extra = (config.max_output_extra if max_output_extra is None
+                                 else max_output_extra)
+        self.translate = tf.function(
+            self._translate, input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+
+    def _translate(self, inputs):
+        pieces = self.tokenizer.tokenize(inputs)
+        eos = tf.fill([pieces.nrows(), 1], EOS_ID)
+        source_ids = tf.concat([pieces, tf.RaggedTensor.from_tensor(eos)], axis=1).to_tensor(
+            default_value=PAD_ID)
+        if self.beam_size == 1:
+            result = greedy_search(self.model, source_ids, self.max_output_extra)
+        else:
+            result = beam_search(self.model, source_ids, self.beam_size, self.length_penalty,
+                                 self.max_output_extra)
+        return {"translations": self.tokenizer.detokenize(result.tokens[:, 0]),
+                "scores": result.scores[:, 0]}
+
+    def translate_texts(self, sentences: Sequence[str]) -> list[tuple[str, float]]:
+        """Translates Python strings; returns (translation, score) pairs in order."""
+        outputs = self.translate(tf.constant(list(sentences), tf.string))
+        return [(text.decode("utf-8"), float(score)) for text, score in
+                zip(outputs["translations"].numpy(), outputs["scores"].numpy())]
+
+
+def load_translator(run_dir: str | os.PathLike, **translator_kwargs) -> Translator:
+    """Builds a Translator from a training run dir: `model.keras` plus `tokenizer.model`.
+
+    Raises:
+        FileNotFoundError: naming whichever of the two files is missing.
+    """
+    model_path = os.path.join(run_dir, MODEL_KERAS_FILENAME)
+    tokenizer_path = os.path.join(run_dir, MODEL_FILENAME)
+    for path in (model_path, tokenizer_path):
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path} not found: a run dir needs {MODEL_KERAS_FILENAME} "
+                                    f"and {MODEL_FILENAME}")
+    tokenizer = Tokenizer.from_file(tokenizer_path)
+    model = keras.models.load_model(model_path, compile=False)
+    return Translator(model, tokenizer, **translator_kwargs)
+
+
+def saved_model_ops(export_dir: str | os.PathLike) -> set[str]:
+    """Every op type in the SavedModel's graph, functions (and nested functions) included."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved_model = saved_model_pb2.SavedModel()
+    with open(os.path.join(export_dir, "saved_model.pb"), "rb") as f:
+        saved_model.ParseFromString(f.read())
+    ops = set()
+    for meta_graph in saved_model.meta_graphs:
+        ops.update(node.op for node in meta_graph.graph_def.node)
+        for function in meta_graph.graph_def.library.function:
+            ops.update(node.op for node in function.node_def)
+    # Calls to library functions appear as ops named after the function: not kernels.
+    functions = {f.signature.name for mg in saved_model.meta_graphs
+                 for f in mg.graph_def.library.function}
+    return ops - functions
+
+
+def serving_op_allowlist() -> set[str]:
+    """Ops of stock TF Serving: core TF 2.20 (no XLA ops) plus tensorflow-text 2.20's ops."""
+    text = resources.files("tfformer").joinpath("serving_ops.txt").read_text()
+    return {line.strip() for line in text.splitlines() if line.strip() and line[0] != "#"}
+
+
+def check_ops(export_dir: str | os.PathLike) -> set[str]:
+    """Raises ExportError naming every op that stock TF Serving lacks; returns the ops used."""
+    ops = saved_model_ops(export_dir)
+    missing = sorted(ops - serving_op_allowlist())
+    if missing:
+        raise ExportError(
+            f"{export_dir} uses op(s) that stock TensorFlow Serving (core TF + tensorflow-text "
+            f"2.20) does not have: {', '.join(missing)}. XlaDynamicUpdateSlice comes from "
+            f"keras.ops.slice_update; grow tensors with tf.concat instead.")
+    return ops
+
+
+# Runs in a fresh interpreter that imports only tensorflow and tensorflow_text: proves the
+# export needs no tfformer, no Keras objects and no Python from this process.
+_FRESH_PROCESS_SCRIPT = """
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  registers the SentencePiece ops
+export_dir, sentences = sys.argv[1], json.loads(sys.stdin.read())
+loaded = tf.saved_model.load(export_dir)
+out = loaded.signatures["serving_default"](inputs=tf.constant(sentences, tf.string))
+print(json.dumps({"translations": [t.decode("utf-8") for t in out["translations"].numpy()],
+                  "scores": [float(s) for s in out["scores"].numpy()],
+                  "modules": sorted(m.split(".")[0] for m in sys.modules
+                                    if m.split(".")[0] in ("tfformer", "keras_hub"))}))
+"""
+
+
+def translate_in_fresh_process(export_dir: str | os.PathLike, sentences: Iterable[str],
+                               python: str = sys.executable, timeout: float = 600
+                               ) -> dict[str, list]:
+    """Loads the export in a new `python` process (tensorflow + tensorflow_text only).
+
+    Returns:
+        {"translations": [...], "scores": [...], "modules": tfformer modules seen (none)}.
+    """
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    result = subprocess.run(
+        [python, "-c", _FRESH_PROCESS_SCRIPT, os.fspath(export_dir)],
+        input=json.dumps(list(sentences)), capture_output=True, text=True, timeout=timeout,
+        env=env, cwd=os.path.dirname(os.path.abspath(export_dir)))
+    if result.returncode != 0:
+        raise ExportError(f"loading {export_dir} in a fresh process failed:\n"
+                          f"{result.stderr[-4000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def export_saved_model(translator: Translator, model_base_path: str | os.PathLike, name: str,
+                       version: int, *, check_sentences: Sequence[str] = ()) -> str:
+    """Writes `model_base_path/name/version/` (the layout TF Serving watches) and checks it.
+
+    Checks: every op is one stock TF Serving has (`check_ops`), and, for `check_sentences`, a
+    fresh process that imports only tensorflow and tensorflow_text translates exactly as the
+    in-memory `translator` does. A failed check removes nothing but raises ExportError, and the
+    version directory is only renamed into place once it passed, so TF Serving never loads it.
+
+    Returns:
+        the version directory.
+    """
+    if not isinstance(version, int) or version < 1:
+        raise ValueError(f"version must be a positive integer, got {version!r}")
+    if not name or os.sep in name:
+        raise ValueError(f"name must be a plain directory name, got {name!r}")
+    final_dir = os.path.join(model_base_path, name, str(version))
+    if os.path.exists(final_dir):
+        raise FileExistsError(f"{final_dir} exists: versions are immutable, pick a new one")
+    # TF Serving polls for integer directory names: write under a name it ignores.
+    staging_dir = os.path.join(model_base_path, name, f".tmp-{version}-{os.getpid()}")
+    signature = translator.translate.get_concrete_function()
+    tf.saved_model.save(translator, staging_dir,
+                        signatures={key: signature for key in SIGNATURE_NAMES})
+    check_ops(staging_dir)
+    if check_sentences:
+        expected = translator.translate_texts(check_sentences)
+        got = translate_in_fresh_process(staging_dir, check_sentences)
+        if got["translations"] != [text for text, _ in expected]:
+            raise ExportError(
+                "the reloaded export translates differently from the in-memory Translator:\n"
+                + "\n".join(f"  {s!r}: {a!r} != {b!r}" for s, (a, _), b in
+                            zip(check_sentences, expected, got["translations"]) if a != b))
+    os.rename(staging_dir, final_dir)
+    return final_dir
