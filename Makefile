@@ -2,29 +2,39 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-PIP := $(PY) -m pip --disable-pip-version-check -q
+PIP := -m pip --disable-pip-version-check -q
+# The TensorFlow / TF Text versions that stock TF Serving links: exports must run there too.
+COMPAT_VENV ?= .venv-tf2.20
+COMPAT_PACKAGES := tensorflow==2.20.0 tensorflow-text==2.20.0
 
-.PHONY: demo test install clean
+.PHONY: demo test install compat clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 # Re-install whenever the package metadata changes.
 $(VENV)/.installed: setup.cfg setup.py | $(PY)
-	$(PIP) install -e .
+	$(PY) $(PIP) install -e .
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PIP) install -e '.[test]'
+	$(PY) $(PIP) install -e '.[test]'
+	touch $@
+
+$(COMPAT_VENV)/.installed:
+	$(PYTHON) -m venv $(COMPAT_VENV)
+	$(COMPAT_VENV)/bin/python $(PIP) install $(COMPAT_PACKAGES)
 	touch $@
 
 install: $(VENV)/.installed
 
+compat: $(COMPAT_VENV)/.installed
+
 demo: $(VENV)/.installed
 	$(PY) -m training.demo
 
-test: $(VENV)/.installed-test
-	$(PY) -m pytest tests
+test: $(VENV)/.installed-test $(COMPAT_VENV)/.installed
+	TFFORMER_COMPAT_PYTHON=$(abspath $(COMPAT_VENV))/bin/python $(PY) -m pytest tests
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(COMPAT_VENV) build *.egg-info

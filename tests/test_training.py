@@ -198,3 +198,26 @@ def test_bad_config_override_names_the_field(tmp_path):
          "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=300, env=env())
     assert result.returncode == 2
     assert "d_model (100)" in result.stderr and "num_heads (3)" in result.stderr
+
+
+def test_average_program_writes_the_mean_of_the_last_checkpoints(tmp_path):
+    from training.average import main as average_main
+
+    config = TransformerConfig(vocab_size=20, d_model=8, num_heads=2, d_ff=8,
+                               num_encoder_layers=1, num_decoder_layers=1)
+    (tmp_path / "config.json").write_text(config.to_json())
+    model = Transformer(config)
+    model.build()
+    rng = np.random.default_rng(1)
+    saved = []
+    (tmp_path / "checkpoints").mkdir()
+    for i in range(3):
+        weights = [rng.normal(size=w.shape).astype(w.dtype) for w in model.get_weights()]
+        model.set_weights(weights)
+        model.save_weights(str(tmp_path / "checkpoints" / f"ckpt-{i + 1:05d}.weights.h5"))
+        saved.append(weights)
+    assert average_main([str(tmp_path), "--last", "2"]) == 0
+    averaged = keras.models.load_model(tmp_path / "model-avg2.keras")
+    for got, first, second in zip(averaged.get_weights(), saved[1], saved[2]):
+        np.testing.assert_allclose(got, (first + second) / 2, rtol=1e-6, atol=1e-7)
+    assert average_main([str(tmp_path / "nothing")]) == 1

@@ -1,27 +1,54 @@
-"""`make demo`: a short forward/backward smoke run of the tiny preset on a toy reversal task.
+"""`make demo`: the main job, end to end.
 
-Replaced by the full main job (train on the built-in corpus, export, translate) once the
-training program exists.
+1. tfformer-train with no arguments: the tiny preset on the built-in Spanish->English corpus
+   (runs/tiny-builtin; running the demo again reuses the finished run);
+2. tfformer-export: a new version under models/tfformer/, checked op by op for stock TF
+   Serving and reloaded in a fresh process;
+3. translate sentences through the local TF Serving stand-in over gRPC, with the official
+   PredictionService stub, exactly as against a real TF Serving.
 """
 
-import numpy as np
+from __future__ import annotations
 
-from tfformer import Transformer, compile_transformer, get_preset
-from tfformer.special_tokens import BOS_ID, EOS_ID, NUM_RESERVED
+import json
+import os
+import sys
+
+RUN_DIR = os.path.join("runs", "tiny-builtin")
+MODEL_BASE_PATH = "models"
+MODEL_NAME = "tfformer"
+SENTENCES = [
+    "Los tres perros rojos comen manzanas verdes.",
+    "Mi hermana no visita el puente azul los lunes.",
+    "Hay doscientas cuarenta y una lámparas grises debajo de la mesa.",
+    "El niño pequeño bebe el zumo de la niña.",
+]
 
 
-def main() -> None:
-    config = get_preset("tiny", vocab_size=32, dropout=0.0, warmup_steps=100)
-    rng = np.random.default_rng(0)
-    symbols = rng.integers(NUM_RESERVED, 32, size=(2048, 6)).astype("int32")
-    eos = np.full((2048, 1), EOS_ID, "int32")
-    source = np.concatenate([symbols, eos], 1)
-    target_in = np.concatenate([np.full((2048, 1), BOS_ID, "int32"), symbols[:, ::-1]], 1)
-    target_out = np.concatenate([symbols[:, ::-1], eos], 1)
-    model = compile_transformer(Transformer(config))
-    model.fit((source, target_in), target_out, batch_size=64, epochs=3, verbose=2)
-    print(f"parameters: {model.count_params():,}")
+def main() -> int:
+    from training import train
+
+    print("== 1. train (tfformer-train with no arguments)", flush=True)
+    if train.main([]) != 0:
+        return 1
+    print("\n== 2. export (tfformer-export)", flush=True)
+    from serving import export
+
+    if export.main([RUN_DIR, "--model-base-path", MODEL_BASE_PATH, "--name", MODEL_NAME]) != 0:
+        return 1
+    print("\n== 3. translate over gRPC (local TF Serving stand-in, official stub)", flush=True)
+    from serving import client, server
+
+    with server.start_server(os.path.join(MODEL_BASE_PATH, MODEL_NAME), MODEL_NAME) as handle:
+        translations = client.translate(SENTENCES, server=handle.address, model=MODEL_NAME,
+                                        timeout=120)
+    for source, translation in zip(SENTENCES, translations):
+        print(f"  {source}\n  -> {translation.text}  (score {translation.score:.3f})")
+    print("\nServe it yourself:  .venv/bin/tfformer-serve --model-base-path models/tfformer\n"
+          "Translate:          .venv/bin/tfformer-translate 'Una hermana visita el puente.'")
+    print(json.dumps({"translations": [t.text for t in translations]}, ensure_ascii=False))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -12,15 +12,15 @@ import keras
 import tensorflow as tf
 
 from tfformer.layers.attention import MultiHeadAttention
-from tfformer.layers.encoder import positional_layer
 from tfformer.layers.feed_forward import PositionwiseFeedForward
 from tfformer.layers.residual import SublayerConnection
+from tfformer.layers.stack import LayerStack, TransformerLayerBase
 
 CACHE_KEYS = ("self_keys", "self_values", "cross_keys", "cross_values")
 
 
 @keras.saving.register_keras_serializable(package="tfformer")
-class DecoderLayer(keras.layers.Layer):
+class DecoderLayer(TransformerLayerBase):
     """Masked self-attention, attention over the encoder output, and an FFN (§3.1).
 
     Args:
@@ -41,10 +41,8 @@ class DecoderLayer(keras.layers.Layer):
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1,
                  attention_dropout: float = 0.0, norm: str = "post", epsilon: float = 1e-6,
                  **kwargs):
-        super().__init__(**kwargs)
-        self.d_model, self.num_heads, self.d_ff = d_model, num_heads, d_ff
-        self.dropout, self.attention_dropout = dropout, attention_dropout
-        self.norm, self.epsilon = norm, epsilon
+        super().__init__(d_model, num_heads, d_ff, dropout, attention_dropout, norm, epsilon,
+                         **kwargs)
         key_dim = d_model // num_heads
         self.self_attention = MultiHeadAttention(num_heads, key_dim, attention_dropout,
                                                  name="self_attention")
@@ -101,15 +99,9 @@ class DecoderLayer(keras.layers.Layer):
     def compute_output_shape(self, inputs_shape, memory_shape=None):
         return inputs_shape
 
-    def get_config(self):
-        return {**super().get_config(), "d_model": self.d_model, "num_heads": self.num_heads,
-                "d_ff": self.d_ff, "dropout": self.dropout,
-                "attention_dropout": self.attention_dropout, "norm": self.norm,
-                "epsilon": self.epsilon}
-
 
 @keras.saving.register_keras_serializable(package="tfformer")
-class Decoder(keras.layers.Layer):
+class Decoder(LayerStack):
     """Positions + dropout over the (already scaled) target embeddings, then N decoder layers.
 
     Args: as `Encoder`.
@@ -126,28 +118,10 @@ class Decoder(keras.layers.Layer):
         hidden states [batch, T, d_model], and the updated cache when `cache` is given.
     """
 
-    def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int,
-                 dropout: float = 0.1, attention_dropout: float = 0.0, norm: str = "post",
-                 epsilon: float = 1e-6, positional: str = "sinusoidal", max_length: int = 256,
-                 **kwargs):
-        super().__init__(**kwargs)
-        self.num_layers, self.d_model, self.num_heads, self.d_ff = num_layers, d_model, num_heads, d_ff
-        self.dropout, self.attention_dropout = dropout, attention_dropout
-        self.norm, self.epsilon = norm, epsilon
-        self.positional, self.max_length = positional, max_length
-        self.positions = positional_layer(positional, max_length, "positions")
-        self.embedding_dropout = keras.layers.Dropout(dropout)
-        self.stack = [DecoderLayer(d_model, num_heads, d_ff, dropout, attention_dropout, norm,
-                                   epsilon, name=f"layer_{i}") for i in range(num_layers)]
-        self.final_norm = keras.layers.LayerNormalization(epsilon=epsilon, name="final_norm") \
-            if norm == "pre" else None
+    layer_class = DecoderLayer
 
     def build(self, embeddings_shape, memory_shape=None):
-        self.positions.build(embeddings_shape)
-        for layer in self.stack:
-            layer.build(embeddings_shape, memory_shape or embeddings_shape)
-        if self.final_norm is not None:
-            self.final_norm.build(embeddings_shape)
+        self.build_stack(embeddings_shape, memory_shape or embeddings_shape)
         super().build(embeddings_shape)
 
     def init_cache(self, memory):
@@ -157,7 +131,7 @@ class Decoder(keras.layers.Layer):
     def call(self, embeddings, memory=None, self_attention_mask=None, cross_attention_mask=None,
              cache=None, training=None):
         start = 0 if cache is None else tf.shape(cache[0]["self_keys"])[2]
-        x = self.embedding_dropout(self.positions(embeddings, start=start), training=training)
+        x = self.embed(embeddings, start, training)
         new_cache = []
         for i, layer in enumerate(self.stack):
             if cache is None:
@@ -166,16 +140,5 @@ class Decoder(keras.layers.Layer):
                 x, layer_cache = layer(x, memory, self_attention_mask, cross_attention_mask,
                                        cache=cache[i], training=training)
                 new_cache.append(layer_cache)
-        if self.final_norm is not None:
-            x = self.final_norm(x)
+        x = self.finish(x)
         return x if cache is None else (x, new_cache)
-
-    def compute_output_shape(self, embeddings_shape, memory_shape=None):
-        return embeddings_shape
-
-    def get_config(self):
-        return {**super().get_config(), "num_layers": self.num_layers, "d_model": self.d_model,
-                "num_heads": self.num_heads, "d_ff": self.d_ff, "dropout": self.dropout,
-                "attention_dropout": self.attention_dropout, "norm": self.norm,
-                "epsilon": self.epsilon, "positional": self.positional,
-                "max_length": self.max_length}

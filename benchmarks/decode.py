@@ -1,0 +1,172 @@
+"""Decoding latency: greedy vs beam 4, batch 1 vs 32, tiny vs base, cached vs full recomputation,
+in process vs through gRPC (the local TF Serving stand-in, official stub). JSON on stdout.
+
+    .venv/bin/python benchmarks/decode.py > decode.json          # everything (~10 minutes)
+    .venv/bin/python benchmarks/decode.py --presets tiny --reps 3
+
+Every hypothesis is exactly 64 tokens long: the models are random with EOS's output embedding set
+to zero (so EOS never wins before the length limit) and max_output_extra chosen so that the
+limit is 64. Targets: cached decoding >= 5x faster than full recomputation for 64 output tokens;
+gRPC adds <= 2 ms per request at batch 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+OUTPUT_TOKENS = 64
+SENTENCE = "Los tres perros rojos comen manzanas verdes debajo de la mesa."
+
+
+def timed(function, reps: int, budget_seconds: float) -> dict:
+    """Median of `reps` calls after one warm-up call, fewer if one call exceeds the budget."""
+    start = time.perf_counter()
+    function()  # trace / warm up
+    first = time.perf_counter() - start
+    times = []
+    for _ in range(reps):
+        if times and sum(times) > budget_seconds:
+            break
+        start = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - start)
+    return {"median_ms": round(1000 * statistics.median(times), 2), "runs": len(times),
+            "first_call_ms": round(1000 * first, 1)}
+
+
+def paired(first, second, reps: int, budget_seconds: float) -> tuple[dict, dict]:
+    """Times two functions alternately, so that drift in machine load hits both alike."""
+    first(), second()  # warm up
+    a, b = [], []
+    for _ in range(reps):
+        if a and sum(a) + sum(b) > budget_seconds:
+            break
+        for function, times in ((first, a), (second, b)):
+            start = time.perf_counter()
+            function()
+            times.append(time.perf_counter() - start)
+    summarize = lambda times: {"median_ms": round(1000 * statistics.median(times), 2),  # noqa: E731
+                               "runs": len(times)}
+    return summarize(a), summarize(b)
+
+
+def build(preset: str, tokenizer):
+    import numpy as np
+
+    from tfformer import Transformer, get_preset
+    from tfformer.special_tokens import EOS_ID
+
+    config = get_preset(preset, vocab_size=tokenizer.vocab_size, dropout=0.0)
+    model = Transformer(config)
+    model.build()
+    weights = model.embedding.embeddings.numpy()
+    weights[EOS_ID] = 0.0  # logit 0 never beats the best of thousands of random logits
+    model.embedding.embeddings.assign(weights)
+    source = np.concatenate([tokenizer.tokenize([SENTENCE])[0].numpy(), [EOS_ID]])
+    return model, source.astype("int32")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--presets", nargs="+", default=["tiny", "base"])
+    parser.add_argument("--batches", nargs="+", type=int, default=[1, 32])
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--budget", type=float, default=20.0,
+                        help="seconds of timed calls per measurement at most (after warm-up)")
+    args = parser.parse_args(argv)
+
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(0)  # before the tokenizer's tf-text resource
+    from serving import client, server
+    from tfformer.builtin_corpus import builtin_pairs
+    from tfformer.export import Translator, export_saved_model
+    from tfformer.search import beam_search, greedy_search
+    from tfformer.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.train([s for p in builtin_pairs("train", n=5000) for s in p], 4000)
+    results = {"output_tokens": OUTPUT_TOKENS, "vocab_size": tokenizer.vocab_size,
+               "tensorflow": tf.__version__, "cpu_count": os.cpu_count(), "rows": []}
+    for preset in args.presets:
+        model, source = build(preset, tokenizer)
+        extra = OUTPUT_TOKENS - len(source)
+        searches = {"greedy": lambda ids, cache: greedy_search(model, ids, extra, cache),
+                    "beam4": lambda ids, cache: beam_search(model, ids, 4, 0.6, extra,
+                                                            use_cache=cache)}
+        for search_name, search in searches.items():
+            for use_cache in (True, False):
+                function = tf.function(lambda ids, s=search, c=use_cache: s(ids, c),
+                                       input_signature=[tf.TensorSpec([None, None], tf.int32)])
+                for batch in args.batches:
+                    ids = tf.constant(np.tile(source, [batch, 1]))
+                    tokens = function(ids).tokens
+                    length = int(tf.reduce_max(tf.reduce_sum(
+                        tf.cast(tokens[:, 0] > 0, tf.int32), axis=1)))
+                    row = {"preset": preset, "search": search_name, "batch": batch,
+                           "mode": "cached" if use_cache else "full", "where": "in-process",
+                           "output_tokens": length,
+                           **timed(lambda: function(ids), args.reps, args.budget)}
+                    results["rows"].append(row)
+                    print(json.dumps(row), file=sys.stderr, flush=True)
+
+        # The same search as a string-in/string-out SavedModel, in process vs over gRPC.
+        with tempfile.TemporaryDirectory() as base:
+            for search_name, beam_size in (("greedy", 1), ("beam4", 4)):
+                translator = Translator(model, tokenizer, beam_size=beam_size,
+                                        max_output_extra=extra)
+                name = f"{preset}-{search_name}"
+                path = export_saved_model(translator, base, name, 1)
+                loaded = tf.saved_model.load(path)
+                signature = loaded.signatures["serving_default"]
+                with server.start_server(os.path.join(base, name), name, max_batch_size=64) \
+                        as handle:
+                    import grpc
+
+                    channel = grpc.insecure_channel(handle.address)
+                    for batch in args.batches:
+                        sentences = [SENTENCE] * batch
+                        inputs = tf.constant(sentences)
+                        local, remote = paired(
+                            lambda: signature(inputs=inputs),
+                            lambda: client.translate(sentences, server=handle.address,
+                                                     model=name, timeout=600, channel=channel),
+                            args.reps * 4 if batch == 1 else args.reps, args.budget)
+                        for where, timing in (("saved-model", local), ("grpc", remote)):
+                            row = {"preset": preset, "search": search_name, "batch": batch,
+                                   "mode": "cached", "where": where, **timing}
+                            results["rows"].append(row)
+                            print(json.dumps(row), file=sys.stderr, flush=True)
+                    channel.close()
+
+    summary = []
+    rows = results["rows"]
+    for row in rows:
+        if row["where"] == "in-process" and row["mode"] == "full":
+            cached = next(r for r in rows if r["where"] == "in-process" and r["mode"] == "cached"
+                          and all(r[k] == row[k] for k in ("preset", "search", "batch")))
+            summary.append({"preset": row["preset"], "search": row["search"],
+                            "batch": row["batch"],
+                            "cache_speedup": round(row["median_ms"] / cached["median_ms"], 1)})
+        if row["where"] == "grpc":
+            local = next(r for r in rows if r["where"] == "saved-model"
+                         and all(r[k] == row[k] for k in ("preset", "search", "batch")))
+            summary.append({"preset": row["preset"], "search": row["search"],
+                            "batch": row["batch"],
+                            "grpc_overhead_ms": round(row["median_ms"] - local["median_ms"], 2)})
+    results["summary"] = summary
+    print(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

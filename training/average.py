@@ -1,0 +1,53 @@
+"""tfformer-average: average the weights of a run's last K checkpoints (paper §6.1).
+
+    tfformer-average runs/base --last 5        # writes runs/base/model-avg5.keras
+
+The result is a `.keras` model like the run's model.keras; export it by pointing
+tfformer-export at a run dir whose model.keras it is (or pass --out RUN_DIR/model.keras).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+logger = logging.getLogger("tfformer.average")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="tfformer-average", description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir")
+    parser.add_argument("--last", type=int, default=5, metavar="K")
+    parser.add_argument("--out", default=None,
+                        help="output .keras file (default: RUN_DIR/model-avgK.keras)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if args.last < 1:
+        parser.error("--last must be >= 1")
+
+    from tfformer.callbacks import average_checkpoints, list_checkpoints
+    from tfformer.config import TransformerConfig
+    from tfformer.model import Transformer
+
+    config_path = os.path.join(args.run_dir, "config.json")
+    paths = list_checkpoints(os.path.join(args.run_dir, "checkpoints"))[-args.last:]
+    if not os.path.exists(config_path) or not paths:
+        logger.error("%s needs config.json and checkpoints/ckpt-*.weights.h5", args.run_dir)
+        return 1
+    if len(paths) < args.last:
+        logger.warning("only %d checkpoint(s) to average, not %d", len(paths), args.last)
+    with open(config_path, encoding="utf-8") as f:
+        model = Transformer(TransformerConfig.from_json(f.read()))
+    model.build()
+    average_checkpoints(model, paths)
+    out = args.out or os.path.join(args.run_dir, f"model-avg{len(paths)}.keras")
+    model.save(out)
+    logger.info("averaged %s into %s", ", ".join(os.path.basename(p) for p in paths), out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
