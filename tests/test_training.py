@@ -221,3 +221,17 @@ def test_average_program_writes_the_mean_of_the_last_checkpoints(tmp_path):
     for got, first, second in zip(averaged.get_weights(), saved[1], saved[2]):
         np.testing.assert_allclose(got, (first + second) / 2, rtol=1e-6, atol=1e-7)
     assert average_main([str(tmp_path / "nothing")]) == 1
+
+
+@pytest.mark.slow
+def test_mixed_precision_and_gradient_accumulation_count_updates(tmp_path):
+    out = tmp_path / "run"
+    result = subprocess.run(train_command(out, "--steps", "3", "--steps-per-epoch", "2",
+                                          "--grad-accum", "2", "--mixed-precision", "bf16"),
+                            capture_output=True, text=True, timeout=600, env=env())
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["steps"] == 3 and np.isfinite(summary["loss"])
+    model = keras.models.load_model(out / "model.keras")
+    assert model.dtype_policy.name == "mixed_bfloat16"
+    assert model.optimizer.gradient_accumulation_steps == 2

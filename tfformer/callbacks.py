@@ -11,6 +11,8 @@ import keras
 import sacrebleu
 import tensorflow as tf
 
+from tfformer.export import Translator
+
 logger = logging.getLogger(__name__)
 
 
@@ -37,8 +39,6 @@ class DevBleu(keras.callbacks.Callback):
         self._translator = None
 
     def translate(self, sources: Sequence[str]) -> list[str]:
-        from tfformer.export import Translator  # export imports this package's model code
-
         if self._translator is None or self._translator.model is not self.model:
             self._translator = Translator(self.model, self.tokenizer, beam_size=1)
         hypotheses = []

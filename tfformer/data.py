@@ -512,6 +512,11 @@ def make_dataset(pairs: Sequence[Pair] | ParallelText, tokenizer: "Tokenizer", *
             return (pad_batch(inputs[0]), pad_batch(inputs[1])), pad_batch(target)
 
         dataset = dataset.map(pad_rows)
+    if not repeat:
+        # bucket_by_sequence_length hides the length; the exact count lets Keras size epochs
+        # (without it, evaluate warns "Your input ran out of data" on every first pass), and
+        # tf.data raises if the count were ever wrong.
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(num_batches))
     return dataset.prefetch(tf.data.AUTOTUNE), info
 
 

@@ -37,13 +37,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="skip (and count) malformed data lines instead of failing")
     parser.add_argument("--out", default=DEFAULT_OUT, help="run directory")
     parser.add_argument("--steps", type=int, default=None,
-                        help="total optimizer steps (default: 400 unless --epochs is given; "
+                        help="total optimizer updates (default: 400 unless --epochs is given; "
                              "400 tiny-preset steps on the built-in data take ~4 minutes here)")
     parser.add_argument("--epochs", type=int, default=None,
                         help="passes over the training data, instead of --steps")
     parser.add_argument("--steps-per-epoch", type=int, default=None,
-                        help="steps between checkpoints and dev BLEU (default: 100 with --steps,"
-                             " one data pass with --epochs)")
+                        help="batches between checkpoints and dev BLEU (default: 100 with "
+                             "--steps, one data pass with --epochs)")
     parser.add_argument("--batch-tokens", type=int, default=4096,
                         help="token budget per global batch (paper: ~25000 source + target)")
     parser.add_argument("--vocab-size", type=int, default=None,
@@ -51,7 +51,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--mixed-precision", choices=("bf16", "fp16"), default=None)
     parser.add_argument("--jit", action="store_true", help="compile train steps with XLA")
     parser.add_argument("--grad-accum", type=int, default=1, metavar="N",
-                        help="accumulate gradients over N batches per update")
+                        help="accumulate gradients over N batches per update (--steps counts "
+                             "updates)")
     parser.add_argument("--devices", type=int, default=None, metavar="N",
                         help="split the CPU into N logical devices (multi-device without GPUs)")
     parser.add_argument("--keep-checkpoints", type=int, default=5, metavar="K")
@@ -211,10 +212,11 @@ def train(args: argparse.Namespace) -> int:
         steps_per_epoch = min(args.steps_per_epoch or 100, total_steps)
     else:
         steps_per_epoch = args.steps_per_epoch or info.num_batches
-        total_steps = args.epochs * steps_per_epoch
-    # One spare epoch: a resumed run repeats the interrupted epoch from its first batch, and
-    # StopAtStep ends training at exactly total_steps either way.
-    epochs = math.ceil(total_steps / steps_per_epoch) + 1
+        total_steps = max(1, args.epochs * steps_per_epoch // args.grad_accum)
+    # total_steps counts optimizer updates; with --grad-accum N each takes N batches. One spare
+    # epoch: a resumed run repeats the interrupted epoch from its first batch, and StopAtStep
+    # ends training at exactly total_steps either way.
+    epochs = math.ceil(total_steps * args.grad_accum / steps_per_epoch) + 1
 
     with strategy.scope():
         model = Transformer(config)
