@@ -120,8 +120,11 @@ class Transformer(keras.Model):
             self_mask = tf.logical_and(causal_mask(length), padding_mask(target_ids, PAD_ID))
             hidden = self.decoder(embeddings, memory, self_mask, source_mask, training=training)
             return tf.cast(self.embedding.logits(hidden), tf.float32)
-        new_length = tf.shape(target_ids)[1]
-        self_mask = causal_mask(new_length, tf.shape(cache[0]["self_keys"])[2] + new_length)
+        if target_ids.shape[1] == 1:
+            self_mask = None  # one new position sees every cached one: nothing to mask
+        else:
+            new_length = tf.shape(target_ids)[1]
+            self_mask = causal_mask(new_length, tf.shape(cache[0]["self_keys"])[2] + new_length)
         hidden, cache = self.decoder(embeddings, memory, self_mask, source_mask, cache=cache,
                                      training=training)
         return tf.cast(self.embedding.logits(hidden), tf.float32), cache

@@ -57,14 +57,22 @@ def _max_output_lengths(model, source_ids: tf.Tensor, max_output_extra: int) -> 
     return tf.maximum(lengths, 1)
 
 
-def _allowed_log_probs(log_probs: tf.Tensor, at_limit: tf.Tensor) -> tf.Tensor:
-    """PAD and BOS are never generated; where `at_limit` (a prefix of log_probs' shape without
-    the vocabulary axis) is True, only EOS is."""
-    ids = tf.range(tf.shape(log_probs)[-1])
-    never = tf.logical_or(tf.equal(ids, PAD_ID), tf.equal(ids, BOS_ID))
-    forbidden = tf.logical_or(
-        never, tf.logical_and(at_limit[..., tf.newaxis], tf.not_equal(ids, EOS_ID)))
-    return tf.where(forbidden, tf.cast(_NEG_INF, log_probs.dtype), log_probs)
+class _TokenRules:
+    """PAD and BOS are never generated; at a hypothesis' length limit, only EOS is.
+
+    The vocabulary masks are made once, outside the decoding loop.
+    """
+
+    def __init__(self, vocab_size: int):
+        ids = tf.range(vocab_size)
+        self.never = tf.logical_or(tf.equal(ids, PAD_ID), tf.equal(ids, BOS_ID))
+        self.not_eos = tf.not_equal(ids, EOS_ID)
+
+    def __call__(self, log_probs: tf.Tensor, at_limit: tf.Tensor) -> tf.Tensor:
+        """`at_limit` has log_probs' shape without the vocabulary axis."""
+        forbidden = tf.logical_or(
+            self.never, tf.logical_and(at_limit[..., tf.newaxis], self.not_eos))
+        return tf.where(forbidden, tf.cast(_NEG_INF, log_probs.dtype), log_probs)
 
 
 class _Decoder:
@@ -121,10 +129,11 @@ def greedy_search(model, source_ids: tf.Tensor, max_output_extra: int = 50,
     batch = tf.shape(source_ids)[0]
     max_lengths = _max_output_lengths(model, source_ids, max_output_extra)
     decoder = _Decoder(model, source_ids, 1, use_cache)
+    allowed = _TokenRules(model.transformer_config.vocab_size)
 
     def body(t, prefixes, scores, finished, state):
         log_probs, state = decoder(prefixes, state)
-        log_probs = _allowed_log_probs(log_probs, t + 1 >= max_lengths)
+        log_probs = allowed(log_probs, t + 1 >= max_lengths)
         tokens = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
         token_log_probs = tf.gather(log_probs, tokens, batch_dims=1)
         scores += tf.where(finished, 0.0, token_log_probs)
@@ -170,6 +179,7 @@ def beam_search(model, source_ids: tf.Tensor, beam_size: int = 4, alpha: float =
     max_lengths = _max_output_lengths(model, source_ids, max_output_extra)
     best_possible_lp = length_penalty(max_lengths, alpha)  # [batch]
     decoder = _Decoder(model, source_ids, k, use_cache)
+    allowed = _TokenRules(model.transformer_config.vocab_size)
     batch_offsets = (tf.range(batch) * k)[:, tf.newaxis]
     neg_inf = tf.constant(_NEG_INF)
 
@@ -177,8 +187,8 @@ def beam_search(model, source_ids: tf.Tensor, beam_size: int = 4, alpha: float =
         log_probs, state = decoder(tf.reshape(alive, [batch * k, -1]), state)
         vocab = tf.shape(log_probs)[-1]
         log_probs = tf.reshape(log_probs, [batch, k, vocab])
-        log_probs = _allowed_log_probs(
-            log_probs, tf.broadcast_to((t + 1 >= max_lengths)[:, None], [batch, k]))
+        log_probs = allowed(log_probs, tf.broadcast_to((t + 1 >= max_lengths)[:, None],
+                                                       [batch, k]))
         candidates = tf.reshape(alive_log_probs[:, :, None] + log_probs, [batch, k * vocab])
         top_log_probs, top_indices = tf.math.top_k(candidates, k=2 * k)  # [batch, 2k]
         top_beams, top_tokens = top_indices // vocab, top_indices % vocab

@@ -26,6 +26,11 @@ def causal_mask(query_length: tf.Tensor, key_length: tf.Tensor | None = None) ->
     return (rows >= cols)[tf.newaxis]
 
 
+def _dim(x: tf.Tensor, axis: int):
+    """The static size of an axis when known (no op in the graph), else the dynamic one."""
+    return x.shape[axis] if x.shape[axis] is not None else tf.shape(x)[axis]
+
+
 def _masked_fill_value(dtype: tf.DType) -> float:
     # Large but finite: exp() of it underflows to exactly 0 weight, fp16 does not overflow, and a
     # fully masked row gives a uniform distribution rather than NaN.
@@ -57,8 +62,10 @@ class ScaledDotProductAttention(keras.layers.Layer):
         self._dropout_layer = keras.layers.Dropout(dropout)
 
     def call(self, query, key, value, attention_mask=None, training=None):
-        d_k = tf.cast(tf.shape(key)[-1], query.dtype)
-        scores = tf.matmul(query, key, transpose_b=True) / tf.sqrt(d_k)
+        d_k = key.shape[-1] if key.shape[-1] is not None else tf.shape(key)[-1]
+        # Scaling the queries (T_q rows) is cheaper than scaling the scores (T_q x T_k).
+        scores = tf.matmul(query * tf.cast(tf.math.rsqrt(tf.cast(d_k, tf.float32)), query.dtype),
+                           key, transpose_b=True)
         if attention_mask is not None:
             fill = tf.cast(_masked_fill_value(scores.dtype), scores.dtype)
             scores = tf.where(attention_mask, scores, fill)
@@ -137,12 +144,11 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def _split_heads(self, x, kernel, bias):
         """[batch, T, d] -> [batch, h, T, d_k] with one matmul for all heads."""
-        batch, length = tf.shape(x)[0], tf.shape(x)[1]
         flat = tf.matmul(tf.reshape(x, [-1, x.shape[-1]]),
                          tf.reshape(tf.cast(kernel, x.dtype), [x.shape[-1], -1]))
         if bias is not None:
             flat = flat + tf.cast(tf.reshape(bias, [-1]), x.dtype)
-        heads = tf.reshape(flat, [batch, length, self.num_heads, self.key_dim])
+        heads = tf.reshape(flat, [-1, _dim(x, 1), self.num_heads, self.key_dim])
         return tf.transpose(heads, [0, 2, 1, 3])
 
     def project_key_value(self, key_value):
@@ -165,14 +171,13 @@ class MultiHeadAttention(keras.layers.Layer):
             attention_mask = tf.cast(attention_mask, tf.bool)[:, tf.newaxis]  # broadcast over h
         context, _ = self.attention(q, keys, values, attention_mask, training=training)
         # Concat(heads) W^O as one matmul: [batch, T_q, h * d_k] @ [h * d_k, d_model].
-        batch, length = tf.shape(query)[0], tf.shape(query)[1]
         context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]),
                              [-1, self.num_heads * self.key_dim])
         output = tf.matmul(context, tf.reshape(tf.cast(self.output_kernel, context.dtype),
                                                [self.num_heads * self.key_dim, -1]))
         if self.output_bias is not None:
             output = output + tf.cast(self.output_bias, output.dtype)
-        output = tf.reshape(output, [batch, length, query.shape[-1]])
+        output = tf.reshape(output, [-1, _dim(query, 1), query.shape[-1]])
         if cache is None:
             return output
         return output, (keys, values)
