@@ -11,6 +11,7 @@ tensorflow 2.20.0 + tensorflow-text 2.20.0).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -163,10 +164,13 @@ def translate_in_fresh_process(export_dir: str | os.PathLike, sentences: Iterabl
     """
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    export_dir = os.path.abspath(export_dir)
     result = subprocess.run(
-        [python, "-c", _FRESH_PROCESS_SCRIPT, os.fspath(export_dir)],
+        [python, "-c", _FRESH_PROCESS_SCRIPT, export_dir],
         input=json.dumps(list(sentences)), capture_output=True, text=True, timeout=timeout,
-        env=env, cwd=os.path.dirname(os.path.abspath(export_dir)))
+        # Not the caller's cwd: `python -c` puts it on sys.path, and the check must not find
+        # tfformer there.
+        env=env, cwd=os.path.dirname(export_dir))
     if result.returncode != 0:
         raise ExportError(f"loading {export_dir} in a fresh process failed:\n"
                           f"{result.stderr[-4000:]}")
@@ -195,8 +199,15 @@ def export_saved_model(translator: Translator, model_base_path: str | os.PathLik
     # TF Serving polls for integer directory names: write under a name it ignores.
     staging_dir = os.path.join(model_base_path, name, f".tmp-{version}-{os.getpid()}")
     signature = translator.translate.get_concrete_function()
-    tf.saved_model.save(translator, staging_dir,
-                        signatures={key: signature for key in SIGNATURE_NAMES})
+    # TF logs every captured input it renames (one line of hundreds of names) through absl.
+    absl_logger = logging.getLogger("absl")
+    level = absl_logger.level
+    absl_logger.setLevel(max(level, logging.ERROR))
+    try:
+        tf.saved_model.save(translator, staging_dir,
+                            signatures={key: signature for key in SIGNATURE_NAMES})
+    finally:
+        absl_logger.setLevel(level)
     check_ops(staging_dir)
     if check_sentences:
         expected = translator.translate_texts(check_sentences)
