@@ -235,3 +235,15 @@ def test_mixed_precision_and_gradient_accumulation_count_updates(tmp_path):
     model = keras.models.load_model(out / "model.keras")
     assert model.dtype_policy.name == "mixed_bfloat16"
     assert model.optimizer.gradient_accumulation_steps == 2
+
+
+def test_tfds_without_the_package_is_a_clear_error(tmp_path):
+    # Shadow tensorflow_datasets with a module that cannot be imported, installed or not.
+    (tmp_path / "tensorflow_datasets.py").write_text(
+        "raise ImportError(\"No module named 'tensorflow_datasets'\")\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "training.train", "--data", "tfds:ted_hrlr_translate/pt_to_en",
+         "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=300,
+        env=env(PYTHONPATH=f"{ROOT}{os.pathsep}{tmp_path}"))
+    assert result.returncode == 2
+    assert "pip install tensorflow-datasets" in result.stderr
