@@ -154,9 +154,9 @@ def translate(
 def resolve_saved_model_dir(path: str) -> str:
     """A SavedModel directory: ``path`` itself when it holds a saved_model.pb, else its highest
     integer version subdirectory (a TF Serving ``BASE/NAME`` directory)."""
-    from serving.server import SAVED_MODEL_FILES, list_versions
+    from serving.server import has_saved_model, list_versions
 
-    if any(os.path.isfile(os.path.join(path, f)) for f in SAVED_MODEL_FILES):
+    if has_saved_model(path):
         return path
     versions = list_versions(path)
     if not versions:

@@ -106,12 +106,13 @@ def list_versions(model_base_path: str) -> dict[int, str]:
     versions = {}
     for name in names:
         path = os.path.join(model_base_path, name)
-        if _VERSION_DIR.fullmatch(name) and _has_saved_model(path):
+        if _VERSION_DIR.fullmatch(name) and has_saved_model(path):
             versions[int(name)] = path
     return versions
 
 
-def _has_saved_model(path: str) -> bool:
+def has_saved_model(path: str) -> bool:
+    """Whether `path` holds a saved_model.pb (or .pbtxt)."""
     return any(os.path.isfile(os.path.join(path, f)) for f in SAVED_MODEL_FILES)
 
 

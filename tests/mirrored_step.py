@@ -47,12 +47,12 @@ def one_step(strategy):
         compile_transformer(model, optimizer=keras.optimizers.SGD(learning_rate=1.0))
     dataset = tf.data.Dataset.from_tensors(((source, target_in), target_out))
     history = model.fit(dataset, epochs=1, verbose=0)
-    return history.history["loss"][0], model.get_weights(), model
+    return history.history["loss"][0], model.get_weights()
 
 
 mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-mirrored_loss, mirrored_weights, _ = one_step(mirrored)
-single_loss, single_weights, _ = one_step(tf.distribute.OneDeviceStrategy("/cpu:0"))
+mirrored_loss, mirrored_weights = one_step(mirrored)
+single_loss, single_weights = one_step(tf.distribute.OneDeviceStrategy("/cpu:0"))
 before = Transformer(config)
 before.build()
 before.set_weights(initial_weights)

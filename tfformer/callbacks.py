@@ -35,7 +35,6 @@ class DevBleu(keras.callbacks.Callback):
         self.batch_size = batch_size
         self.num_samples = num_samples
         self.samples: list[tuple[str, str, str]] = []
-        self.history: list[float] = []
         self._translator = None
 
     def translate(self, sources: Sequence[str]) -> list[str]:
@@ -54,7 +53,6 @@ class DevBleu(keras.callbacks.Callback):
         references = [t for _, t in self.pairs]
         hypotheses = self.translate(sources)
         bleu = sacrebleu.corpus_bleu(hypotheses, [references]).score
-        self.history.append(bleu)
         self.samples = list(zip(sources, hypotheses, references))[:self.num_samples]
         if logs is not None:
             logs["dev_bleu"] = bleu

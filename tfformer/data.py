@@ -28,7 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfformer import builtin_corpus
-from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from tfformer.special_tokens import PAD_ID
 
 if TYPE_CHECKING:
     from tfformer.tokenizer import Tokenizer
@@ -379,11 +379,14 @@ def pair_lengths(pairs: Sequence[Pair], tokenizer: "Tokenizer",
     source_lengths, target_lengths = [], []
     for start in range(0, len(pairs), chunk_size):
         chunk = pairs[start:start + chunk_size]
-        source_lengths.append(tokenizer.tokenize([s for s, _ in chunk]).row_lengths().numpy())
-        target_lengths.append(tokenizer.tokenize([t for _, t in chunk]).row_lengths().numpy())
+        # The very encoding the pipeline uses, so that the lengths cannot drift from it.
+        source_lengths.append(
+            tokenizer.encode_source([s for s, _ in chunk]).row_lengths().numpy())
+        target_lengths.append(
+            tokenizer.encode_target([t for _, t in chunk])[1].row_lengths().numpy())
     if not source_lengths:
         return np.zeros([0], np.int64), np.zeros([0], np.int64)
-    return np.concatenate(source_lengths) + 1, np.concatenate(target_lengths) + 1
+    return np.concatenate(source_lengths), np.concatenate(target_lengths)
 
 
 def make_dataset(pairs: Sequence[Pair] | ParallelText, tokenizer: "Tokenizer", *,
@@ -479,13 +482,8 @@ def make_dataset(pairs: Sequence[Pair] | ParallelText, tokenizer: "Tokenizer", *
         dataset = dataset.repeat()
 
     def encode(sources: tf.Tensor, targets: tf.Tensor):
-        source = tokenizer.tokenize(sources)
-        target = tokenizer.tokenize(targets)
-        column = tf.stack([source.nrows(), 1])
-        eos = tf.fill(column, tf.constant(EOS_ID, tf.int32))
-        bos = tf.fill(column, tf.constant(BOS_ID, tf.int32))
-        return ((tf.concat([source, eos], axis=1), tf.concat([bos, target], axis=1)),
-                tf.concat([target, eos], axis=1))
+        target_in, target_out = tokenizer.encode_target(targets)
+        return (tokenizer.encode_source(sources), target_in), target_out
 
     # Tokenizing a batch of strings per tf-text call is much cheaper than one call per pair.
     dataset = dataset.batch(tokenize_batch_size).map(

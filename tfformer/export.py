@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from tfformer.model import Transformer
 from tfformer.search import beam_search, greedy_search
-from tfformer.special_tokens import EOS_ID, PAD_ID
+from tfformer.special_tokens import PAD_ID
 from tfformer.tokenizer import MODEL_FILENAME, Tokenizer
 
 MODEL_KERAS_FILENAME = "model.keras"
@@ -66,10 +66,7 @@ class Translator(tf.Module):
             self._translate, input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
 
     def _translate(self, inputs):
-        pieces = self.tokenizer.tokenize(inputs)
-        eos = tf.fill([pieces.nrows(), 1], EOS_ID)
-        source_ids = tf.concat([pieces, tf.RaggedTensor.from_tensor(eos)], axis=1).to_tensor(
-            default_value=PAD_ID)
+        source_ids = self.tokenizer.encode_source(inputs).to_tensor(default_value=PAD_ID)
         if self.beam_size == 1:
             result = greedy_search(self.model, source_ids, self.max_output_extra)
         else:

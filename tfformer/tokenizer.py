@@ -47,6 +47,14 @@ def _text_lines(sentences: Iterable[str]) -> Iterator[str]:
             yield line
 
 
+def _append_column(pieces: tf.RaggedTensor, token_id: int,
+                   first: bool = False) -> tf.RaggedTensor:
+    """Adds `token_id` at the end (or, with `first`, the start) of every row."""
+    column = tf.fill(tf.stack([pieces.nrows(out_type=tf.int32), 1]),
+                     tf.constant(token_id, tf.int32))
+    return tf.concat([column, pieces] if first else [pieces, column], axis=1)
+
+
 class Tokenizer(tf.Module):
     """A SentencePiece tokenizer usable in graph mode and savable in a SavedModel.
 
@@ -214,6 +222,29 @@ class Tokenizer(tf.Module):
         """
         strings = tf.convert_to_tensor(strings, dtype=tf.string)
         return self.sentencepiece.tokenize(strings)
+
+    def encode_source(self, strings: tf.Tensor) -> tf.RaggedTensor:
+        """Encoder input ids: pieces + [EOS], the same in training and in the exported model.
+
+        Args:
+            strings: tf.string tensor [batch].
+
+        Returns:
+            int32 RaggedTensor [batch, (pieces + 1)].
+        """
+        return _append_column(self.tokenize(strings), EOS_ID)
+
+    def encode_target(self, strings: tf.Tensor) -> tuple[tf.RaggedTensor, tf.RaggedTensor]:
+        """Decoder input and labels for teacher forcing: ([BOS] + pieces, pieces + [EOS]).
+
+        Args:
+            strings: tf.string tensor [batch].
+
+        Returns:
+            (target_in, target_out), int32 RaggedTensors [batch, (pieces + 1)].
+        """
+        pieces = self.tokenize(strings)
+        return _append_column(pieces, BOS_ID, first=True), _append_column(pieces, EOS_ID)
 
     def detokenize(self, ids: tf.Tensor | tf.RaggedTensor) -> tf.Tensor:
         """Turns ids back into text, ready for search output.
