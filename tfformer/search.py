@@ -97,7 +97,7 @@ class _Decoder:
 
     def __call__(self, prefixes: tf.Tensor, state):
         if self.use_cache:
-            logits, state = self.model.decode(prefixes[:, -1:], None, self.source_mask,
+            logits, state = self.model.decode(prefixes[:, -1, tf.newaxis], None, self.source_mask,
                                               cache=state, training=False)
         else:
             logits = self.model.decode(prefixes, self.memory, self.source_mask, training=False)
