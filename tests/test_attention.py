@@ -43,6 +43,23 @@ def test_scaled_dot_product_without_mask_matches_numpy():
     np.testing.assert_allclose(out, numpy_attention(q, k, v)[0], atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype, atol", [("float32", 1e-5), ("bfloat16", 3e-2)])
+def test_scaled_dot_product_with_one_query_row_matches_numpy(dtype, atol):
+    # One query row (a cached decoding step) takes BatchMatMulV3 and a written-out softmax.
+    rng = np.random.default_rng(3)
+    q = rng.normal(size=(3, 4, 1, 8)).astype("float32")
+    k, v = (rng.normal(size=(3, 4, 6, 8)).astype("float32") for _ in range(2))
+    mask = (np.arange(6)[np.newaxis, :] < np.array([6, 2, 4])[:, np.newaxis])
+    mask = mask[:, np.newaxis, np.newaxis, :]  # [3, 1, 1, 6]: source padding
+    cast = lambda x: tf.cast(x, dtype)  # noqa: E731
+    out, weights = ScaledDotProductAttention()(cast(q), cast(k), cast(v), tf.constant(mask))
+    assert out.dtype == dtype and out.shape == (3, 4, 1, 8)
+    ref_out, ref_weights = numpy_attention(q, k, v, mask)
+    np.testing.assert_allclose(tf.cast(out, tf.float32), ref_out, atol=atol)
+    np.testing.assert_allclose(tf.cast(weights, tf.float32), ref_weights, atol=atol)
+    assert np.all(tf.cast(weights, tf.float32).numpy()[1, :, :, 2:] == 0)
+
+
 def test_causal_mask_with_cache_offset():
     mask = causal_mask(2, 5).numpy()[0]
     np.testing.assert_array_equal(mask, [[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]])
