@@ -52,7 +52,8 @@ def test_scaled_dot_product_with_one_query_row_matches_numpy(dtype, atol):
     mask = (np.arange(6)[np.newaxis, :] < np.array([6, 2, 4])[:, np.newaxis])
     mask = mask[:, np.newaxis, np.newaxis, :]  # [3, 1, 1, 6]: source padding
     cast = lambda x: tf.cast(x, dtype)  # noqa: E731
-    out, weights = ScaledDotProductAttention()(cast(q), cast(k), cast(v), tf.constant(mask))
+    out, weights = ScaledDotProductAttention(dtype=dtype)(cast(q), cast(k), cast(v),
+                                                         tf.constant(mask))
     assert out.dtype == dtype and out.shape == (3, 4, 1, 8)
     ref_out, ref_weights = numpy_attention(q, k, v, mask)
     np.testing.assert_allclose(tf.cast(out, tf.float32), ref_out, atol=atol)

@@ -84,7 +84,7 @@ class ScaledDotProductAttention(keras.layers.Layer):
     def __init__(self, dropout: float = 0.0, **kwargs):
         super().__init__(**kwargs)
         self.dropout = dropout
-        self._dropout_layer = keras.layers.Dropout(dropout)
+        self._dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
 
     def call(self, query, key, value, attention_mask=None, training=None):
         d_k = key.shape[-1] if key.shape[-1] is not None else tf.shape(key)[-1]
