@@ -241,24 +241,25 @@ def main(argv=None) -> int:
                             print(json.dumps(row), file=sys.stderr, flush=True)
                     channel.close()
 
-    summary = []
     rows = results["rows"]
+
+    def same_case(row: dict, mode: str, where: str) -> dict:
+        return next(r for r in rows if r["mode"] == mode and r["where"] == where
+                    and all(r[k] == row[k] for k in ("preset", "search", "batch")))
+
+    summary = []
     for row in rows:
+        case = {"preset": row["preset"], "search": row["search"], "batch": row["batch"]}
         if row["where"] == "in-process" and row["mode"] == "full":
-            cached = next(r for r in rows if r["where"] == "in-process" and r["mode"] == "cached"
-                          and all(r[k] == row[k] for k in ("preset", "search", "batch")))
-            floor = next(r for r in rows if r["mode"] == "matmul-floor"
-                         and all(r[k] == row[k] for k in ("preset", "search", "batch")))
-            summary.append({"preset": row["preset"], "search": row["search"],
-                            "batch": row["batch"],
+            cached = same_case(row, "cached", "in-process")
+            floor = same_case(row, "matmul-floor", "in-process")
+            summary.append({**case,
                             "cache_speedup": round(row["median_ms"] / cached["median_ms"], 1),
                             "largest_possible_speedup": round(
                                 row["median_ms"] / floor["median_ms"], 1)})
         if row["where"] == "grpc":
-            local = next(r for r in rows if r["where"] == "saved-model"
-                         and all(r[k] == row[k] for k in ("preset", "search", "batch")))
-            summary.append({"preset": row["preset"], "search": row["search"],
-                            "batch": row["batch"],
+            local = same_case(row, "cached", "saved-model")
+            summary.append({**case,
                             "grpc_overhead_ms": round(row["median_ms"] - local["median_ms"], 2)})
     results["summary"] = summary
     print(json.dumps(results, indent=1))

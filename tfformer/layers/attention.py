@@ -9,6 +9,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from tfformer.layers.affine import affine
+
 
 def padding_mask(ids: tf.Tensor, pad_id: int) -> tf.Tensor:
     """[batch, 1, T] boolean mask that hides pad keys from every query."""
@@ -31,6 +33,11 @@ def _dim(x: tf.Tensor, axis: int):
     return x.shape[axis] if x.shape[axis] is not None else tf.shape(x)[axis]
 
 
+def _one_query_row(x: tf.Tensor) -> bool:
+    """Whether x [..., T_q, n] statically has one query row: a cached decoding step."""
+    return x.shape.rank is not None and x.shape[-2] == 1
+
+
 def _batch_matmul(a: tf.Tensor, b: tf.Tensor, transpose_b: bool = False) -> tf.Tensor:
     """tf.matmul for [..., m, k] x [..., k, n]; as BatchMatMulV3 when m is 1 (a decoding step).
 
@@ -39,7 +46,7 @@ def _batch_matmul(a: tf.Tensor, b: tf.Tensor, transpose_b: bool = False) -> tf.T
     BatchMatMulV3 to Eigen, ~6x faster there (but slower on the square blocks of training).
     Both are core TF ops, which stock TF Serving has. The CPU has no float16 V3 kernel.
     """
-    if a.shape.rank is not None and a.shape[-2] == 1 and a.dtype != tf.float16:
+    if _one_query_row(a) and a.dtype != tf.float16:
         return tf.raw_ops.BatchMatMulV3(x=a, y=b, Tout=a.dtype, adj_x=False, adj_y=transpose_b)
     return tf.matmul(a, b, transpose_b=transpose_b)
 
@@ -50,7 +57,7 @@ def _softmax(scores: tf.Tensor) -> tf.Tensor:
     oneDNN's Softmax kernel costs ~35-50 us per call on such a row, the five element-wise ops
     ~10 us. Elsewhere the fused op is faster and has a fused gradient.
     """
-    if scores.shape.rank is None or scores.shape[-2] != 1:
+    if not _one_query_row(scores):
         return tf.nn.softmax(scores, axis=-1)
     exponentials = tf.exp(scores - tf.reduce_max(scores, axis=-1, keepdims=True))
     return exponentials / tf.reduce_sum(exponentials, axis=-1, keepdims=True)
@@ -170,10 +177,8 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def _split_heads(self, x, kernel, bias):
         """[batch, T, d] -> [batch, h, T, d_k] with one matmul for all heads."""
-        flat = tf.matmul(tf.reshape(x, [-1, x.shape[-1]]),
-                         tf.reshape(tf.cast(kernel, x.dtype), [x.shape[-1], -1]))
-        if bias is not None:
-            flat = flat + tf.cast(tf.reshape(bias, [-1]), x.dtype)
+        flat = affine(tf.reshape(x, [-1, x.shape[-1]]), tf.reshape(kernel, [x.shape[-1], -1]),
+                      None if bias is None else tf.reshape(bias, [-1]))
         heads = tf.reshape(flat, [-1, _dim(x, 1), self.num_heads, self.key_dim])
         return tf.transpose(heads, [0, 2, 1, 3])
 
@@ -199,10 +204,8 @@ class MultiHeadAttention(keras.layers.Layer):
         # Concat(heads) W^O as one matmul: [batch, T_q, h * d_k] @ [h * d_k, d_model].
         context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]),
                              [-1, self.num_heads * self.key_dim])
-        output = tf.matmul(context, tf.reshape(tf.cast(self.output_kernel, context.dtype),
-                                               [self.num_heads * self.key_dim, -1]))
-        if self.output_bias is not None:
-            output = output + tf.cast(self.output_bias, output.dtype)
+        output_kernel = tf.reshape(self.output_kernel, [self.num_heads * self.key_dim, -1])
+        output = affine(context, output_kernel, self.output_bias)
         output = tf.reshape(output, [-1, _dim(query, 1), query.shape[-1]])
         if cache is None:
             return output
