@@ -39,3 +39,29 @@ def test_paper_optimizer_has_the_papers_adam_and_uses_the_schedule():
     assert isinstance(optimizer._learning_rate, NoamSchedule)
     assert optimizer.gradient_accumulation_steps == 2
     assert float(optimizer.learning_rate) == pytest.approx(paper_lrate(1), rel=1e-6)
+
+
+def test_schedule_counts_updates_not_micro_batches_under_gradient_accumulation():
+    # With a constant gradient, Adam's bias-corrected update is lr * g / (|g| + eps): each
+    # update moves the weight by exactly the learning rate it applied.
+    accumulation, d_model, warmup = 4, 16, 3
+    optimizer = paper_optimizer(d_model, warmup_steps=warmup,
+                                gradient_accumulation_steps=accumulation)
+    weight = keras.Variable(np.zeros([1], np.float32))
+    optimizer.build([weight])
+    gradient = keras.ops.ones([1])
+    for update in range(1, 8):
+        before = float(weight.numpy()[0])
+        for _ in range(accumulation):
+            optimizer.apply([gradient], [weight])
+        applied = before - float(weight.numpy()[0])
+        assert int(optimizer.iterations) == update
+        assert applied == pytest.approx(paper_lrate(update, d_model, warmup), rel=1e-4), update
+
+
+def test_schedule_without_accumulation_is_unchanged_by_the_new_field():
+    plain = NoamSchedule(64, 10)
+    explicit = NoamSchedule(64, 10, micro_batches_per_update=1)
+    assert [float(plain(i)) for i in range(20)] == [float(explicit(i)) for i in range(20)]
+    with pytest.raises(ValueError, match="micro_batches_per_update"):
+        NoamSchedule(64, 10, micro_batches_per_update=0)
