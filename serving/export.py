@@ -38,7 +38,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--length-penalty", type=float, default=None)
     parser.add_argument("--check-sentences", default=None,
                         help="file of sentences (one per line) for the fresh-process check; "
-                             "default: the run's first dev sources, or built-in examples")
+                             "default: the run's dev sources (RUN_DIR/dev_sources.txt, written "
+                             "by tfformer-train), else a few fixed Spanish sentences")
     return parser.parse_args(argv)
 
 
@@ -49,11 +50,17 @@ def next_version(model_base_path: str, name: str) -> int:
     return max(versions, default=0) + 1
 
 
-def check_sentences(path: str | None) -> list[str]:
+def check_sentences(path: str | None, run_dir: str) -> tuple[list[str], str]:
+    """The sentences of the fresh-process check, and where they came from."""
+    from tfformer.export import DEV_SOURCES_FILENAME
+
+    run_sources = os.path.join(run_dir, DEV_SOURCES_FILENAME)
+    if not path and os.path.exists(run_sources):
+        path = run_sources
     if path:
         with open(path, encoding="utf-8") as f:
-            return [line.rstrip("\n") for line in f]
-    return list(DEFAULT_SENTENCES)
+            return [line.rstrip("\n") for line in f], path
+    return list(DEFAULT_SENTENCES), "built-in examples"
 
 
 def main(argv=None) -> int:
@@ -66,15 +73,15 @@ def main(argv=None) -> int:
         translator = load_translator(args.run_dir, beam_size=args.beam_size,
                                      length_penalty=args.length_penalty)
         version = args.version or next_version(args.model_base_path, args.name)
-        sentences = check_sentences(args.check_sentences)
+        sentences, origin = check_sentences(args.check_sentences, args.run_dir)
         path = export_saved_model(translator, args.model_base_path, args.name, version,
                                   check_sentences=sentences)
     except (ExportError, FileNotFoundError, FileExistsError, ValueError) as error:
         logger.error("%s", error)
         return 1
-    logger.info("exported %s; it translates %d check sentences in a fresh process exactly as "
-                "in memory", path, len(sentences))
-    print(json.dumps({"export_dir": path, "version": version}))
+    logger.info("exported %s; it translates %d check sentences (%s) in a fresh process exactly "
+                "as in memory", path, len(sentences), origin)
+    print(json.dumps({"export_dir": path, "version": version, "check_sentences": origin}))
     return 0
 
 

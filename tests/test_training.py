@@ -1,6 +1,7 @@
 """Training on many devices and workers, resuming after a kill, checkpoint averaging, and the
 tfformer-train program's handling of bad input."""
 
+import csv
 import json
 import os
 import signal
@@ -66,10 +67,17 @@ def test_two_workers_on_localhost_train_and_agree_on_weights(tmp_path):
         tf_config = json.dumps({"cluster": {"worker": workers},
                                 "task": {"type": "worker", "index": index}})
         processes.append(subprocess.Popen(
-            train_command(out, "--steps", "4", "--steps-per-epoch", "2"),
+            train_command(out, "--steps", "4", "--steps-per-epoch", "2", "--set",
+                          "warmup_steps=4", "--keep-initial-weights"),
             env=env(TF_CONFIG=tf_config), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True))
-    outputs = [p.communicate(timeout=600) for p in processes]
+    try:
+        outputs = [p.communicate(timeout=600) for p in processes]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
     for index, (process, (_, stderr)) in enumerate(zip(processes, outputs)):
         assert process.returncode == 0, f"worker {index}:\n{stderr[-3000:]}"
     assert "MultiWorkerMirroredStrategy" in outputs[0][1]
@@ -78,61 +86,129 @@ def test_two_workers_on_localhost_train_and_agree_on_weights(tmp_path):
     assert int(chief.optimizer.iterations) == int(other.optimizer.iterations) == 4
     for a, b in zip(chief.get_weights(), other.get_weights()):
         np.testing.assert_allclose(a, b, atol=1e-6)
-    # Both trained: the weights moved from any fresh initialisation of the same config.
-    fresh = Transformer(chief.transformer_config)
-    fresh.build()
-    assert max(np.abs(a - b).max() for a, b in zip(chief.get_weights(),
-                                                    fresh.get_weights())) > 1e-3
+    # Both trained: the weights moved from the run's own initial weights.
+    for run in (out, out / "worker-1"):
+        initial = Transformer(chief.transformer_config)
+        initial.build()
+        initial.load_weights(run / "initial.weights.h5")
+        trained = keras.models.load_model(run / "model.keras")
+        assert max(np.abs(a - b).max() for a, b in zip(trained.get_weights(),
+                                                        initial.get_weights())) > 1e-3
 
 
-def backup_step(run_dir):
-    path = os.path.join(run_dir, "backup", "training_metadata.json")
-    if not os.path.exists(path):
-        return None
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (json.JSONDecodeError, OSError):
-        return None  # being written
+def wait_for_line(path, text, process, timeout=300):
+    """Waits until the file `path` (a process's stderr) contains `text`; False if it exited."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if text in path.read_text(errors="replace"):
+            return True
+        if process.poll() is not None:
+            return False
+        time.sleep(0.02)
+    raise TimeoutError(f"{text!r} did not appear in {path}")
+
+
+def wait_for_temporary_file(directory, process, timeout=120):
+    """Waits until a write-aside file (.tmp-*) exists under `directory`: a save in progress."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and process.poll() is None:
+        if any(name.startswith(".tmp-") for _, _, names in os.walk(directory) for name in names):
+            return True
+        time.sleep(0.001)
+    return False
+
+
+def tensorboard_steps(log_dir):
+    import tensorflow as tf
+
+    steps = {}
+    for root, _, names in os.walk(log_dir):
+        for name in names:
+            if name.startswith("events.out.tfevents"):
+                for event in tf.compat.v1.train.summary_iterator(os.path.join(root, name)):
+                    for value in event.summary.value:
+                        key = (os.path.basename(root), value.tag)
+                        steps.setdefault(key, []).append(event.step)
+    return steps
 
 
 @pytest.mark.slow
-def test_run_killed_mid_epoch_resumes_from_backup_to_the_same_final_step(tmp_path):
+def test_ten_kill_nines_lose_nothing_and_tear_nothing(tmp_path):
+    """kill -9 at 10 moments (in start-up, in training, and while a backup, checkpoint or CSV is
+    being written), the same command rerun after each: the run ends at exactly the requested
+    step with a loadable model, one CSV row per epoch and no duplicate TensorBoard step."""
     out = tmp_path / "run"
-    command = train_command(out, "--steps", "60", "--steps-per-epoch", "20",
-                            "--backup-every", "5")
-    process = subprocess.Popen(command, env=env(), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 300
-    # Kill once a backup exists in the middle of the second epoch.
-    while time.time() < deadline:
-        meta = backup_step(out)
-        if meta and meta["epoch"] == 1 and meta["batch"] >= 4:
-            break
-        if process.poll() is not None:
-            pytest.fail("training finished before it could be killed: " + process.stderr.read())
-        time.sleep(0.05)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    assert not (out / "model.keras").exists()
-    finished_csv_rows = (out / "metrics.csv").read_text().strip().splitlines()[1:]
-    assert len(finished_csv_rows) == 1  # epoch 1 was finished and logged before the kill
+    total, per_epoch = 40, 8
+    command = train_command(out, "--steps", str(total), "--steps-per-epoch", str(per_epoch),
+                            "--backup-every", "1", "--dev-sentences", "4")
+    rng = np.random.default_rng(1234)
+    start_steps, torn_writes_survived = [], 0
+    for attempt in range(10):
+        log = tmp_path / f"stderr-{attempt}.txt"
+        with open(log, "w") as stderr:
+            process = subprocess.Popen(command, env=env(), stdout=subprocess.DEVNULL,
+                                       stderr=stderr)
+        try:
+            if attempt == 0:
+                time.sleep(rng.uniform(1.0, 6.0))  # somewhere in start-up
+            elif not wait_for_line(log, "starting at step", process):
+                break  # finished before it could be killed
+            elif attempt % 2:
+                time.sleep(rng.uniform(0.0, 1.5))  # somewhere in training
+            elif wait_for_temporary_file(out, process):
+                time.sleep(rng.uniform(0.0, 0.003))  # in the middle of a save
+            process.send_signal(signal.SIGKILL)
+            process.wait(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        text = log.read_text(errors="replace")
+        assert "Traceback" not in text, text[-3000:]
+        if "starting at step" in text:
+            start_steps.append(int(text.split("starting at step")[1].split()[0]))
+        torn_writes_survived += any(
+            name.startswith(".tmp-") for _, _, names in os.walk(out) for name in names)
 
     result = subprocess.run(command, env=env(), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    resumed = [line for line in result.stderr.splitlines() if "starting at step" in line]
-    assert resumed, result.stderr[-2000:]
-    start_step = int(resumed[0].split("starting at step")[1].split()[0])
-    assert start_step >= 20 + 5  # the mid-epoch backup, not the last epoch end or step 0
+    assert start_steps == sorted(start_steps) and len(start_steps) >= 5, start_steps
+    assert torn_writes_survived >= 1  # some kill did land in a write
     model = keras.models.load_model(out / "model.keras")
-    assert int(model.optimizer.iterations) == 60
-    rows = (out / "metrics.csv").read_text().strip().splitlines()[1:]
-    assert rows[0] == finished_csv_rows[0] and len(rows) >= 3
+    assert int(model.optimizer.iterations) == total
 
-    # Running the finished command again takes no further step.
+    with open(out / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["epoch"]) for r in rows] == list(range(1, total // per_epoch + 1))
+    assert [int(r["step"]) for r in rows] == list(range(per_epoch, total + 1, per_epoch))
+    for row in rows:
+        assert all(value != "" for value in row.values()), row
+        assert np.isfinite(float(row["loss"])) and 0 <= float(row["dev_bleu"]) <= 100
+    logged = tensorboard_steps(out / "logs")
+    assert ("train", "epoch_loss") in logged and ("validation", "epoch_loss") in logged
+    for key, steps in logged.items():
+        assert sorted(steps) == [int(r["step"]) for r in rows], key
+
+    # Running the finished command again takes no further step and keeps the history.
     again = subprocess.run(command, env=env(), capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert int(keras.models.load_model(out / "model.keras").optimizer.iterations) == 60
+    assert int(keras.models.load_model(out / "model.keras").optimizer.iterations) == total
+    with open(out / "metrics.csv", newline="") as f:
+        assert list(csv.DictReader(f)) == rows
+
+
+def test_resume_with_another_architecture_exits_2_naming_the_field(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    # A run dir whose saved config has d_ff=128 where this command asks for 64.
+    saved = TransformerConfig(vocab_size=300, d_model=32, num_heads=2, d_ff=128,
+                              num_encoder_layers=1, num_decoder_layers=1, max_length=64)
+    (out / "config.json").write_text(saved.to_json())
+    result = subprocess.run(train_command(out, "--steps", "1"), capture_output=True, text=True,
+                            timeout=300, env=env())
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "d_ff: 128 -> 64" in result.stderr
+    assert not (out / "backup").exists()
 
 
 def test_checkpoint_averaging_equals_numpy_mean(tmp_path):

@@ -12,6 +12,8 @@ import sacrebleu
 import tensorflow as tf
 
 from tfformer.export import Translator
+from tfformer.files import atomic_write, remove_temporaries
+from tfformer.run_state import optimizer_step
 
 logger = logging.getLogger(__name__)
 
@@ -61,26 +63,28 @@ class DevBleu(keras.callbacks.Callback):
             logger.info("  src: %s\n  hyp: %s\n  ref: %s", source, hypothesis, reference)
 
 
-class KeepLastCheckpoints(keras.callbacks.ModelCheckpoint):
-    """`ModelCheckpoint` of weights each epoch that keeps only the newest `keep` files.
+class KeepLastCheckpoints(keras.callbacks.Callback):
+    """Saves the weights after each epoch, atomically, and keeps only the newest `keep` files.
 
     Args:
-        directory: where `ckpt-EPOCH.weights.h5` files go.
+        directory: where `ckpt-EPOCH.weights.h5` files go (EPOCH counts from 1).
         keep: how many to keep (the paper averages the last 5, §6.1).
     """
 
     PATTERN = "ckpt-{epoch:05d}.weights.h5"
 
-    def __init__(self, directory: str, keep: int = 5, **kwargs):
+    def __init__(self, directory: str, keep: int = 5):
+        super().__init__()
         if keep < 1:
             raise ValueError(f"keep must be >= 1, got {keep}")
-        os.makedirs(directory, exist_ok=True)
-        super().__init__(os.path.join(directory, self.PATTERN), save_weights_only=True, **kwargs)
         self.directory = directory
         self.keep = keep
+        remove_temporaries(directory)
 
     def on_epoch_end(self, epoch, logs=None):
-        super().on_epoch_end(epoch, logs)
+        # An epoch redone after a kill replaces its checkpoint whole (written aside, renamed).
+        path = os.path.join(self.directory, self.PATTERN.format(epoch=epoch + 1))
+        atomic_write(path, self.model.save_weights)
         for stale in list_checkpoints(self.directory)[:-self.keep]:
             os.remove(stale)
 
@@ -90,31 +94,13 @@ def list_checkpoints(directory: str) -> list[str]:
     return sorted(glob.glob(os.path.join(directory, "ckpt-*.weights.h5")))
 
 
-def optimizer_step(model: keras.Model) -> int:
-    """The optimizer's update count, also for a MirroredVariable (where int() fails)."""
-    return int(keras.ops.convert_to_numpy(model.optimizer.iterations))
-
-
 class StopAtStep(keras.callbacks.Callback):
-    """Stops training once the optimizer has made `total_steps` updates.
-
-    With BackupAndRestore, a run killed mid-epoch restarts that epoch from its first batch but
-    with the optimizer's step count restored; stopping on the step count (not on epochs) makes
-    the resumed run end at the same step as an uninterrupted one.
-    """
+    """Stops training once the optimizer has made `total_steps` updates, so that the last epoch
+    may be shorter than the others and every run ends at exactly `total_steps`."""
 
     def __init__(self, total_steps: int):
         super().__init__()
         self.total_steps = total_steps
-
-    def on_train_begin(self, logs=None):
-        # Runs after BackupAndRestore has restored the step count. A restored run that already
-        # reached the budget must not take even one more step: start past the last epoch (the
-        # attribute BackupAndRestore itself sets to resume).
-        step = optimizer_step(self.model)
-        logger.info("starting at step %d of %d", step, self.total_steps)
-        if step >= self.total_steps:
-            self.model._initial_epoch = self.params["epochs"]
 
     def on_train_batch_end(self, batch, logs=None):
         if optimizer_step(self.model) >= self.total_steps:

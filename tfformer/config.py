@@ -69,6 +69,12 @@ class TransformerConfig:
         """Per-head width of queries, keys and values (§3.2.2: d_k = d_v = d_model / h)."""
         return self.d_model // self.num_heads
 
+    def differences(self, other: "TransformerConfig") -> list[str]:
+        """`field: A -> B` for every field whose value differs from `other`'s."""
+        return [f"{f.name}: {getattr(self, f.name)!r} -> {getattr(other, f.name)!r}"
+                for f in dataclasses.fields(self)
+                if getattr(self, f.name) != getattr(other, f.name)]
+
     def validate(self) -> None:
         """Raises ValueError naming the first field whose value is invalid."""
         for name, field_type in (

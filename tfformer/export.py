@@ -27,6 +27,8 @@ from tfformer.special_tokens import PAD_ID
 from tfformer.tokenizer import MODEL_FILENAME, Tokenizer
 
 MODEL_KERAS_FILENAME = "model.keras"
+# Dev sources that tfformer-train keeps in the run dir: what the export check translates.
+DEV_SOURCES_FILENAME = "dev_sources.txt"
 SIGNATURE_NAMES = ("serving_default", "translate")
 
 

@@ -28,6 +28,7 @@ import sentencepiece as spm
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from tfformer.files import atomic_write
 from tfformer.special_tokens import (
     BOS_ID, BOS_PIECE, EOS_ID, EOS_PIECE, NUM_RESERVED, PAD_ID, PAD_PIECE, UNK_ID, UNK_PIECE)
 
@@ -176,10 +177,12 @@ class Tokenizer(tf.Module):
 
         Written under a temporary name and renamed, so a reader never sees half a file.
         """
-        partial = f"{os.fspath(path)}.partial"
-        with open(partial, "wb") as f:
-            f.write(self._model_proto)
-        os.replace(partial, path)
+
+        def write(temporary: str) -> None:
+            with open(temporary, "wb") as f:
+                f.write(self._model_proto)
+
+        atomic_write(os.fspath(path), write)
 
     # -- properties --------------------------------------------------------------------------
 

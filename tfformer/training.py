@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import math
+from typing import Sequence
+
 import keras
 
+from tfformer.callbacks import StopAtStep
 from tfformer.losses import MaskedAccuracy, MaskedLabelSmoothedCrossEntropy, Perplexity
 from tfformer.model import Transformer
+from tfformer.run_state import RunState, optimizer_step
 from tfformer.schedule import paper_optimizer
 
 
@@ -28,3 +33,54 @@ def compile_transformer(model: Transformer, optimizer: keras.optimizers.Optimize
         metrics=[MaskedAccuracy(), Perplexity()],
         **compile_kwargs)
     return model
+
+
+def fit_resumable(model: Transformer, train_data, *, run_state: RunState, total_steps: int,
+                  steps_per_epoch: int, validation_data=None, callbacks: Sequence = (),
+                  verbose: int = 1) -> int:
+    """Trains `model` until its optimizer has made `total_steps` updates, continuing from the
+    last backup in `run_state` (a run killed at any moment loses at most `backup_every` updates).
+
+    Epoch e (from 1) always ends at update e * steps_per_epoch / N (N: the optimizer's gradient
+    accumulation): a run resumed in the middle of an epoch first finishes that epoch's remaining
+    batches, so the history has the same epochs and steps however often the run was killed. The
+    last epoch ends at `total_steps` and may be shorter.
+
+    Args:
+        model: a compiled Transformer (under its strategy's scope).
+        train_data: an endless dataset of training batches (make_dataset(repeat=True)). After a
+            resume it should be shuffled with another seed (e.g. seed + run_state.step), or the
+            run would see the same first batches again.
+        run_state: the run's RunState; it is put last among the callbacks.
+        total_steps: optimizer updates to reach.
+        steps_per_epoch: batches per epoch; a multiple of the gradient accumulation.
+        validation_data: evaluated after each epoch (val_* in the history).
+        callbacks: more callbacks, run before the RunState (e.g. DevBleu, KeepLastCheckpoints).
+        verbose: Keras' progress output.
+
+    Returns:
+        the optimizer step reached (less than total_steps only if a callback stopped training).
+    """
+    accumulation = model.optimizer.gradient_accumulation_steps or 1
+    if steps_per_epoch < 1 or steps_per_epoch % accumulation:
+        raise ValueError(f"steps_per_epoch ({steps_per_epoch}) must be a positive multiple of "
+                         f"the gradient accumulation ({accumulation})")
+    updates_per_epoch = steps_per_epoch // accumulation
+    step = run_state.restore(model)
+    epochs = math.ceil(total_steps / updates_per_epoch)
+    epoch, done_in_epoch = divmod(step, updates_per_epoch)
+    fit_kwargs = dict(validation_data=validation_data, verbose=verbose, shuffle=False,
+                      callbacks=[StopAtStep(total_steps), *callbacks, run_state])
+    if step < total_steps and done_in_epoch:
+        # Finish the epoch the backup was taken in, so that epochs keep their true steps.
+        model.fit(train_data, initial_epoch=epoch, epochs=epoch + 1,
+                  steps_per_epoch=(updates_per_epoch - done_in_epoch) * accumulation,
+                  **fit_kwargs)
+        epoch += 1
+        if model.stop_training:
+            return optimizer_step(model)
+        step = optimizer_step(model)
+    if step < total_steps:
+        model.fit(train_data, initial_epoch=epoch, epochs=epochs, steps_per_epoch=steps_per_epoch,
+                  **fit_kwargs)
+    return optimizer_step(model)

@@ -1,11 +1,13 @@
 """tfformer-train: train a Transformer on parallel text, resumably, on one or many devices.
 
 With no arguments it trains the `tiny` preset on the built-in corpus into runs/tiny-builtin.
-Running the same command again continues the run from its last backup (BackupAndRestore), so a
-killed run loses no finished work and ends at the same step as an uninterrupted one.
+Running the same command again continues the run from its last backup, so a killed run loses at
+most --backup-every updates, keeps one history row per finished epoch, and ends at the same step
+as an uninterrupted one. Every file is written aside and renamed, so a kill never leaves one torn.
 
-The run directory holds config.json, train_args.json, tokenizer.model, metrics.csv,
-checkpoints/ (the last K epochs' weights), backup/, logs/ (TensorBoard) and model.keras.
+The run directory holds config.json, train_args.json, tokenizer.model, dev_sources.txt (the
+sentences tfformer-export checks by default), metrics.csv (one row per epoch), checkpoints/
+(the last K epochs' weights), backup/, logs/ (TensorBoard) and model.keras.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import time
 logger = logging.getLogger("tfformer.train")
 
 DEFAULT_OUT = os.path.join("runs", "tiny-builtin")
+DEV_SOURCES_KEPT = 16  # dev sources kept in the run dir for tfformer-export's check
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -57,7 +60,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="split the CPU into N logical devices (multi-device without GPUs)")
     parser.add_argument("--keep-checkpoints", type=int, default=5, metavar="K")
     parser.add_argument("--backup-every", type=int, default=50, metavar="STEPS",
-                        help="steps between BackupAndRestore backups")
+                        help="optimizer updates between backups within an epoch (every epoch "
+                             "end is backed up too)")
+    parser.add_argument("--keep-initial-weights", action="store_true",
+                        help="also save the weights before the first update "
+                             "(initial.weights.h5)")
     parser.add_argument("--dev-sentences", type=int, default=200,
                         help="dev sentences decoded for BLEU after each epoch (0: none)")
     parser.add_argument("--seed", type=int, default=0)
@@ -113,6 +120,13 @@ def wait_for_file(path: str, timeout: float) -> None:
         time.sleep(0.2)
 
 
+def write_once(path: str, text: str) -> None:
+    from tfformer.files import atomic_write_text
+
+    if not os.path.exists(path):
+        atomic_write_text(path, text)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -141,12 +155,15 @@ def train(args: argparse.Namespace) -> int:
             {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}[args.mixed_precision])
 
     from tfformer import compile_transformer, paper_optimizer
-    from tfformer.callbacks import DevBleu, KeepLastCheckpoints, StopAtStep, optimizer_step
+    from tfformer.callbacks import DevBleu, KeepLastCheckpoints
     from tfformer.config import TransformerConfig
     from tfformer.data import load_data, make_dataset, make_eval_dataset
-    from tfformer.export import MODEL_KERAS_FILENAME, Translator
+    from tfformer.export import DEV_SOURCES_FILENAME, MODEL_KERAS_FILENAME, Translator
     from tfformer.model import Transformer
+    from tfformer.files import atomic_write, atomic_write_text
+    from tfformer.run_state import RunState, optimizer_step
     from tfformer.tokenizer import MODEL_FILENAME, Tokenizer
+    from tfformer.training import fit_resumable
 
     chief = distribute.is_chief(strategy)
     run_dir = args.out if chief else os.path.join(
@@ -186,18 +203,25 @@ def train(args: argparse.Namespace) -> int:
         with open(config_path, encoding="utf-8") as f:
             saved = TransformerConfig.from_json(f.read())
         if saved != config:
-            raise ValueError(f"{config_path} differs from this command's config; use a new "
-                             "--out or the same arguments to resume")
+            raise ValueError(
+                f"{config_path} differs from this command's config in "
+                f"{'; '.join(saved.differences(config))}; use a new --out, or the same "
+                "arguments to resume")
     elif chief:
-        with open(config_path, "w", encoding="utf-8") as f:
-            f.write(config.to_json())
-        with open(os.path.join(run_dir, "train_args.json"), "w", encoding="utf-8") as f:
-            json.dump(vars(args), f, indent=2)
+        atomic_write_text(os.path.join(run_dir, "train_args.json"), json.dumps(vars(args), indent=2))
+        # Last: its presence is what marks a run directory as one to resume.
+        atomic_write_text(config_path, config.to_json())
+    if chief and splits.dev.pairs:
+        write_once(os.path.join(run_dir, DEV_SOURCES_FILENAME),
+                   "".join(source.replace("\n", " ") + "\n"
+                           for source, _ in splits.dev.pairs[:DEV_SOURCES_KEPT]))
 
+    run_state = RunState(run_dir, args.backup_every, keep_initial_weights=args.keep_initial_weights)
     replicas = strategy.num_replicas_in_sync
+    # A resumed run reshuffles with another seed; the same seed would replay the first batches.
     train_data, info = make_dataset(
         splits.train, tokenizer, batch_tokens=args.batch_tokens, max_length=config.max_length,
-        repeat=True, seed=args.seed, batch_multiple=replicas)
+        repeat=True, seed=args.seed + run_state.step, batch_multiple=replicas)
     logger.info("train: %d pairs in %d batches per pass; %d dropped as longer than %d tokens",
                 info.num_pairs, info.num_batches, info.num_dropped, config.max_length)
     dev_data, dev_info = make_eval_dataset(
@@ -207,62 +231,56 @@ def train(args: argparse.Namespace) -> int:
         logger.info("dev: %d pairs dropped as longer than %d tokens", dev_info.num_dropped,
                     config.max_length)
 
+    # Epochs are counted in batches and end on an optimizer update (--steps counts updates).
+    accumulation = args.grad_accum
     if args.steps:
         total_steps = args.steps
-        steps_per_epoch = min(args.steps_per_epoch or 100, total_steps)
+        steps_per_epoch = args.steps_per_epoch or min(100, total_steps) * accumulation
     else:
-        steps_per_epoch = args.steps_per_epoch or info.num_batches
-        total_steps = max(1, args.epochs * steps_per_epoch // args.grad_accum)
-    # total_steps counts optimizer updates; with --grad-accum N each takes N batches. One spare
-    # epoch: a resumed run repeats the interrupted epoch from its first batch, and StopAtStep
-    # ends training at exactly total_steps either way.
-    epochs = math.ceil(total_steps * args.grad_accum / steps_per_epoch) + 1
+        steps_per_epoch = args.steps_per_epoch or max(
+            accumulation, info.num_batches // accumulation * accumulation)
+        total_steps = max(1, args.epochs * steps_per_epoch // accumulation)
+    if steps_per_epoch % accumulation:
+        raise ValueError(f"--steps-per-epoch ({steps_per_epoch}) must be a multiple of "
+                         f"--grad-accum ({accumulation}): epochs end on an update")
 
     with strategy.scope():
         model = Transformer(config)
         model.build()
-        optimizer = paper_optimizer(
-            config.d_model, config.warmup_steps,
-            gradient_accumulation_steps=args.grad_accum if args.grad_accum > 1 else None)
+        optimizer = paper_optimizer(config.d_model, config.warmup_steps,
+                                    gradient_accumulation_steps=accumulation)
         compile_transformer(model, optimizer=optimizer, jit_compile=args.jit)
     logger.info("model: %s parameters, %d replica(s) under %s", f"{model.count_params():,}",
                 replicas, type(strategy).__name__)
 
-    dev_bleu = DevBleu(tokenizer, splits.dev.pairs, max_sentences=args.dev_sentences)
     callbacks = [
-        keras.callbacks.BackupAndRestore(os.path.join(run_dir, "backup"),
-                                         save_freq=args.backup_every, delete_checkpoint=False),
-        StopAtStep(total_steps),
         keras.callbacks.TerminateOnNaN(),
         KeepLastCheckpoints(os.path.join(run_dir, "checkpoints"), keep=args.keep_checkpoints),
-        keras.callbacks.TensorBoard(os.path.join(run_dir, "logs")),
     ]
     if args.dev_sentences and chief:
-        callbacks.append(dev_bleu)
-    # After DevBleu, so that dev_bleu is in the row it writes.
-    callbacks.append(keras.callbacks.CSVLogger(os.path.join(run_dir, "metrics.csv"),
-                                               append=True))
-    history = model.fit(train_data, validation_data=dev_data, epochs=epochs,
-                        steps_per_epoch=steps_per_epoch, callbacks=callbacks,
-                        verbose=args.verbose)
-    if model.stop_training and optimizer_step(model) < total_steps:
-        logger.error("training stopped early at step %d (NaN loss?)",
-                     optimizer_step(model))
-        return 1
+        callbacks.append(DevBleu(tokenizer, splits.dev.pairs, max_sentences=args.dev_sentences))
     model_path = os.path.join(run_dir, MODEL_KERAS_FILENAME)
-    model.save(model_path)
-    logger.info("saved %s after %d steps", model_path, optimizer_step(model))
+    with strategy.scope():
+        logger.info("starting at step %d of %d", run_state.step, total_steps)
+        step = fit_resumable(model, train_data, run_state=run_state, total_steps=total_steps,
+                             steps_per_epoch=steps_per_epoch, validation_data=dev_data,
+                             callbacks=callbacks, verbose=args.verbose)
+    if step < total_steps:
+        logger.error("training stopped early at step %d (NaN loss?)", step)
+        return 1
+    atomic_write(model_path, model.save)
+    logger.info("saved %s after %d steps", model_path, step)
 
     if chief and splits.dev.pairs:
-        final = {key: values[-1] for key, values in history.history.items() if values}
+        final = run_state.history[-1] if run_state.history else {}
         translator = Translator(model, tokenizer)
         samples = splits.dev.pairs[:5]
         print("\nSample translations (dev, beam search):")
         for (source, reference), (hypothesis, score) in zip(
                 samples, translator.translate_texts([s for s, _ in samples])):
             print(f"  src: {source}\n  hyp: {hypothesis}\n  ref: {reference}\n")
-        summary = {"steps": optimizer_step(model),
-                   **{k: round(float(v), 4) for k, v in final.items()}}
+        summary = {**{k: round(float(v), 4) for k, v in final.items()},
+                   "steps": optimizer_step(model)}
         print(json.dumps(summary))
     return 0
 

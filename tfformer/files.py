@@ -1,0 +1,53 @@
+"""Writing files so that a kill at any moment leaves the old version or the new, never a torn one."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+TMP_PREFIX = ".tmp-"
+
+
+def _fsync(path: str) -> None:
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) if os.path.isdir(path) else os.O_RDONLY
+    descriptor = os.open(path, flags)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def atomic_write(path: str, write: Callable[[str], Any]) -> None:
+    """Calls `write(temporary_path)`, then renames the result to `path` in one step.
+
+    The temporary name keeps `path`'s ending (Keras checks `.keras` / `.weights.h5`) behind a
+    `.tmp-` prefix, in the same directory, so the rename never crosses file systems.
+    """
+    directory, name = os.path.split(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    temporary = os.path.join(directory, TMP_PREFIX + name)
+    write(temporary)
+    _fsync(temporary)
+    os.replace(temporary, path)
+    _fsync(directory)
+
+
+def atomic_write_text(path: str, text: str) -> None:
+    """Writes `text` (UTF-8) to `path` atomically."""
+
+    def write(temporary: str) -> None:
+        with open(temporary, "w", encoding="utf-8") as f:
+            f.write(text)
+
+    atomic_write(path, write)
+
+
+def remove_temporaries(directory: str) -> list[str]:
+    """Deletes what killed writers left behind in `directory` (never the files they replace)."""
+    removed = []
+    if os.path.isdir(directory):
+        for name in os.listdir(directory):
+            if name.startswith(TMP_PREFIX):
+                os.remove(os.path.join(directory, name))
+                removed.append(name)
+    return removed

@@ -1,0 +1,211 @@
+"""A training run's crash-safe state: backups of the weights and the optimizer, and the history.
+
+Every file a kill can interrupt is written under a temporary name beside its target and renamed
+over it (`os.replace`, atomic on POSIX): a reader finds the old file or the new one, never a torn
+one. The backup's `state.json` is the commit point: it names the weights file of the last backup,
+its optimizer step and the rows of every finished epoch. `metrics.csv` and the TensorBoard
+scalars are views of that history, rewritten (CSV) or completed (TensorBoard) from it, so a kill
+at any moment leaves neither missing, duplicated nor cut rows once the run resumes.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import io
+import json
+import logging
+import math
+import os
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from tfformer.files import atomic_write, atomic_write_text, remove_temporaries
+
+logger = logging.getLogger(__name__)
+
+STATE_FILENAME = "state.json"
+METRICS_FILENAME = "metrics.csv"
+INITIAL_WEIGHTS_FILENAME = "initial.weights.h5"
+
+
+def optimizer_step(model: keras.Model) -> int:
+    """The optimizer's update count, also for a MirroredVariable (where int() fails)."""
+    return int(keras.ops.convert_to_numpy(model.optimizer.iterations))
+
+
+def history_csv(rows: list[dict]) -> str:
+    """The history as CSV: `epoch`, `step`, then every other column in order of appearance."""
+    columns = ["epoch", "step"]
+    for row in rows:
+        columns += [key for key in row if key not in columns]
+    out = io.StringIO()
+    writer = csv.DictWriter(out, columns, restval="", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+def logged_tensorboard_steps(directory: str) -> set[tuple[str, int]]:
+    """(tag, step) pairs already in the event files under `directory`."""
+    logged = set()
+    for path in glob.glob(os.path.join(directory, "events.out.tfevents.*")):
+        try:
+            for event in tf.compat.v1.train.summary_iterator(path):
+                logged.update((value.tag, event.step) for value in event.summary.value)
+        except tf.errors.DataLossError:
+            pass  # the last record of a killed writer may be torn; what precedes it counts
+    return logged
+
+
+class RunState(keras.callbacks.Callback):
+    """Backs up weights and optimizer state every `backup_every` updates and after each epoch,
+    with the history of finished epochs; `restore` continues from the last backup.
+
+    Put it last among the callbacks: its epoch-end row takes the logs that the others (dev BLEU)
+    added. The epoch number it records is Keras' `epoch + 1`: `fit` must be given the true
+    `initial_epoch` on resume (see `tfformer.training.fit_resumable`).
+
+    Args:
+        run_dir: the run directory; backups go to `run_dir/backup/`, the history to
+            `run_dir/metrics.csv` and TensorBoard scalars to `run_dir/logs/{train,validation}`.
+        backup_every: optimizer updates between mid-epoch backups.
+        keep_initial_weights: also write the weights before the first update to
+            `run_dir/initial.weights.h5` (once per run).
+    """
+
+    def __init__(self, run_dir: str, backup_every: int, keep_initial_weights: bool = False):
+        super().__init__()
+        if backup_every < 1:
+            raise ValueError(f"backup_every must be >= 1, got {backup_every}")
+        self.run_dir = run_dir
+        self.backup_dir = os.path.join(run_dir, "backup")
+        self.logs_dir = os.path.join(run_dir, "logs")
+        self.backup_every = backup_every
+        self.keep_initial_weights = keep_initial_weights
+        for directory in (run_dir, self.backup_dir):
+            for name in remove_temporaries(directory):
+                logger.info("removed %s, left by a write that was killed", name)
+        self.state = self._read_state()
+        self._last_backup_step: int | None = None
+        self._writers: dict[str, Any] = {}
+        self._logged: dict[str, set[tuple[str, int]]] | None = None  # read once, then kept
+
+    # -- the committed state --------------------------------------------------------------------
+
+    @property
+    def step(self) -> int:
+        """The optimizer step of the last backup (0 before the first)."""
+        return self.state["step"]
+
+    @property
+    def history(self) -> list[dict]:
+        """One row per finished epoch: epoch, step, then the epoch's logs."""
+        return self.state["history"]
+
+    def _read_state(self) -> dict:
+        path = os.path.join(self.backup_dir, STATE_FILENAME)
+        if not os.path.exists(path):
+            return {"step": 0, "weights": None, "history": []}
+        with open(path, encoding="utf-8") as f:
+            state = json.load(f)
+        weights = os.path.join(self.backup_dir, state["weights"])
+        if not os.path.exists(weights):
+            raise FileNotFoundError(f"{path} names {weights}, which is missing")
+        return state
+
+    def restore(self, model: keras.Model) -> int:
+        """Loads the last backup's weights and optimizer state into `model` (compiled, under
+        its strategy's scope); returns the optimizer step it holds."""
+        if self.state["weights"] is None:
+            return 0
+        if not model.optimizer.built:
+            model.optimizer.build(model.trainable_variables)
+        model.load_weights(os.path.join(self.backup_dir, self.state["weights"]))
+        step = optimizer_step(model)
+        if step != self.step:
+            raise ValueError(f"backup {self.state['weights']} holds step {step}, but "
+                             f"{STATE_FILENAME} says {self.step}")
+        logger.info("restored the backup of step %d (%d finished epochs)", step,
+                    len(self.history))
+        return step
+
+    def _commit(self, step: int, history: list[dict]) -> None:
+        name = f"step-{step:09d}.weights.h5"
+        atomic_write(os.path.join(self.backup_dir, name), self.model.save_weights)
+        state = {"step": step, "weights": name, "history": history}
+        atomic_write_text(os.path.join(self.backup_dir, STATE_FILENAME),
+                          json.dumps(state, indent=1))
+        self.state = state
+        self._last_backup_step = step
+        for path in glob.glob(os.path.join(self.backup_dir, "step-*.weights.h5")):
+            if os.path.basename(path) != name:
+                os.remove(path)
+
+    # -- views of the history -------------------------------------------------------------------
+
+    def publish(self) -> None:
+        """Rewrites metrics.csv from the committed history and adds to TensorBoard the rows it
+        lacks (a kill can fall between the commit and these writes)."""
+        atomic_write_text(os.path.join(self.run_dir, METRICS_FILENAME),
+                          history_csv(self.history))
+        if self._logged is None:
+            self._logged = {split: logged_tensorboard_steps(os.path.join(self.logs_dir, split))
+                            for split in ("train", "validation")}
+        for row in self.history:
+            for split, tag, value in self._scalars(row):
+                if (tag, row["step"]) not in self._logged[split]:
+                    with self._writer(split).as_default():
+                        tf.summary.scalar(tag, value, step=row["step"])
+                    self._logged[split].add((tag, row["step"]))
+        for writer in self._writers.values():
+            writer.flush()
+
+    @staticmethod
+    def _scalars(row: dict):
+        for key, value in row.items():
+            if key in ("epoch", "step"):
+                continue
+            if key.startswith("val_"):
+                yield "validation", "epoch_" + key[len("val_"):], value
+            else:
+                yield "train", "epoch_" + key, value
+
+    def _writer(self, split: str):
+        if split not in self._writers:
+            self._writers[split] = tf.summary.create_file_writer(
+                os.path.join(self.logs_dir, split))
+        return self._writers[split]
+
+    # -- callback hooks -------------------------------------------------------------------------
+
+    def on_train_begin(self, logs=None):
+        step = optimizer_step(self.model)
+        self._last_backup_step = step
+        if self.keep_initial_weights and step == 0 and self.state["weights"] is None:
+            atomic_write(os.path.join(self.run_dir, INITIAL_WEIGHTS_FILENAME),
+                         self.model.save_weights)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch + 1 == self.params.get("steps"):
+            return  # the epoch's end backs up this step, with its history row
+        step = optimizer_step(self.model)
+        if step != self._last_backup_step and step % self.backup_every == 0:
+            self._commit(step, self.history)
+
+    def on_epoch_end(self, epoch, logs=None):
+        row = {"epoch": epoch + 1, "step": optimizer_step(self.model)}
+        row.update({key: float(keras.ops.convert_to_numpy(value))
+                    for key, value in (logs or {}).items()})
+        if not math.isfinite(row.get("loss", 0.0)):
+            logger.error("epoch %d: loss %s; not backed up", row["epoch"], row["loss"])
+            return
+        self._commit(row["step"], [r for r in self.history if r["epoch"] < row["epoch"]] + [row])
+        self.publish()
+
+    def on_train_end(self, logs=None):
+        for writer in self._writers.values():
+            writer.close()
+        self._writers = {}
