@@ -299,20 +299,6 @@ def test_average_program_writes_the_mean_of_the_last_checkpoints(tmp_path):
     assert average_main([str(tmp_path / "nothing")]) == 1
 
 
-@pytest.mark.slow
-def test_mixed_precision_and_gradient_accumulation_count_updates(tmp_path):
-    out = tmp_path / "run"
-    result = subprocess.run(train_command(out, "--steps", "3", "--steps-per-epoch", "2",
-                                          "--grad-accum", "2", "--mixed-precision", "bf16"),
-                            capture_output=True, text=True, timeout=600, env=env())
-    assert result.returncode == 0, result.stderr[-3000:]
-    summary = json.loads(result.stdout.strip().splitlines()[-1])
-    assert summary["steps"] == 3 and np.isfinite(summary["loss"])
-    model = keras.models.load_model(out / "model.keras")
-    assert model.dtype_policy.name == "mixed_bfloat16"
-    assert model.optimizer.gradient_accumulation_steps == 2
-
-
 def test_tfds_without_the_package_is_a_clear_error(tmp_path):
     # Shadow tensorflow_datasets with a module that cannot be imported, installed or not.
     (tmp_path / "tensorflow_datasets.py").write_text(
