@@ -6,6 +6,8 @@ PIP := -m pip --disable-pip-version-check -q
 # The TensorFlow / TF Text versions that stock TF Serving links: exports must run there too.
 COMPAT_VENV ?= .venv-tf2.20
 COMPAT_PACKAGES := tensorflow==2.20.0 tensorflow-text==2.20.0
+# Test processes: most tests leave a core idle (Python start-up, subprocesses, small models).
+TEST_WORKERS ?= 2
 
 .PHONY: demo test install compat clean
 
@@ -34,7 +36,7 @@ demo: $(VENV)/.installed
 	$(PY) -m training.demo
 
 test: $(VENV)/.installed-test $(COMPAT_VENV)/.installed
-	TFFORMER_COMPAT_PYTHON=$(abspath $(COMPAT_VENV))/bin/python $(PY) -m pytest tests
+	TFFORMER_COMPAT_PYTHON=$(abspath $(COMPAT_VENV))/bin/python $(PY) -m pytest -n $(TEST_WORKERS) tests
 
 clean:
 	rm -rf $(VENV) $(COMPAT_VENV) build *.egg-info

@@ -15,3 +15,9 @@ def tiny_config():
     return TransformerConfig(vocab_size=40, d_model=32, num_heads=4, d_ff=64,
                              num_encoder_layers=2, num_decoder_layers=2, max_length=64,
                              dropout=0.1)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Slow end-to-end tests first: under `pytest -n 2` (make test) the longest tests then start
+    at once instead of leaving one worker alone at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -15,7 +15,7 @@ from serving import client, server
 from serving.export import main as export_main
 from tfformer import Transformer, TransformerConfig
 from tfformer.builtin_corpus import builtin_pairs
-from tfformer.export import (ExportError, Translator, check_ops, export_saved_model,
+from tfformer.export import (ExportError, check_ops, export_saved_model,
                              load_translator, saved_model_ops, translate_in_fresh_process)
 from tfformer.search import beam_search, greedy_search
 from tfformer.tokenizer import Tokenizer

@@ -1,6 +1,5 @@
 """Gradient accumulation is the same training as one larger batch (§5.3's step = an update)."""
 
-import keras
 import numpy as np
 import tensorflow as tf
 

@@ -139,8 +139,14 @@ def test_ten_kill_nines_lose_nothing_and_tear_nothing(tmp_path):
     step with a loadable model, one CSV row per epoch and no duplicate TensorBoard step."""
     out = tmp_path / "run"
     total, per_epoch = 40, 8
+    # A small dev file keeps each of the 11 start-ups and the per-epoch validation short.
+    from tfformer.builtin_corpus import builtin_pairs
+
+    for name, pairs in (("train", builtin_pairs("train", 2000)), ("dev", builtin_pairs("dev", 40))):
+        (tmp_path / f"{name}.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in pairs))
     command = train_command(out, "--steps", str(total), "--steps-per-epoch", str(per_epoch),
-                            "--backup-every", "1", "--dev-sentences", "4")
+                            "--backup-every", "1")
+    command[command.index("--data") + 1] = f"tsv:{tmp_path / 'train.tsv'},{tmp_path / 'dev.tsv'}"
     rng = np.random.default_rng(1234)
     start_steps, torn_writes_survived = [], 0
     for attempt in range(10):
@@ -183,7 +189,7 @@ def test_ten_kill_nines_lose_nothing_and_tear_nothing(tmp_path):
     assert [int(r["step"]) for r in rows] == list(range(per_epoch, total + 1, per_epoch))
     for row in rows:
         assert all(value != "" for value in row.values()), row
-        assert np.isfinite(float(row["loss"])) and 0 <= float(row["dev_bleu"]) <= 100
+        assert np.isfinite(float(row["loss"])) and np.isfinite(float(row["val_loss"]))
     logged = tensorboard_steps(out / "logs")
     assert ("train", "epoch_loss") in logged and ("validation", "epoch_loss") in logged
     for key, steps in logged.items():

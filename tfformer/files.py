@@ -1,4 +1,4 @@
-"""Writing files so that a kill at any moment leaves the old version or the new, never a torn one."""
+"""Writing files so that a kill at any moment leaves the old version or the new, never half."""
 
 from __future__ import annotations
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
 import sys
 import time
@@ -208,7 +207,8 @@ def train(args: argparse.Namespace) -> int:
                 f"{'; '.join(saved.differences(config))}; use a new --out, or the same "
                 "arguments to resume")
     elif chief:
-        atomic_write_text(os.path.join(run_dir, "train_args.json"), json.dumps(vars(args), indent=2))
+        atomic_write_text(os.path.join(run_dir, "train_args.json"),
+                          json.dumps(vars(args), indent=2))
         # Last: its presence is what marks a run directory as one to resume.
         atomic_write_text(config_path, config.to_json())
     if chief and splits.dev.pairs:
