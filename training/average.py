@@ -30,6 +30,7 @@ def main(argv=None) -> int:
 
     from tfformer.callbacks import average_checkpoints, list_checkpoints
     from tfformer.config import TransformerConfig
+    from tfformer.files import atomic_write
     from tfformer.model import Transformer
 
     config_path = os.path.join(args.run_dir, "config.json")
@@ -44,7 +45,7 @@ def main(argv=None) -> int:
     model.build()
     average_checkpoints(model, paths)
     out = args.out or os.path.join(args.run_dir, f"model-avg{len(paths)}.keras")
-    model.save(out)
+    atomic_write(out, model.save)
     logger.info("averaged %s into %s", ", ".join(os.path.basename(p) for p in paths), out)
     return 0
 
