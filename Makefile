@@ -33,9 +33,10 @@ install: $(VENV)/.installed
 compat: $(COMPAT_VENV)/.installed
 
 demo: $(VENV)/.installed
-	$(PY) -m training.demo
+	$(PY) -m tfformer.cli.demo
 
 test: $(VENV)/.installed-test $(COMPAT_VENV)/.installed
+	$(PY) -m ruff check .
 	TFFORMER_COMPAT_PYTHON=$(abspath $(COMPAT_VENV))/bin/python $(PY) -m pytest -n $(TEST_WORKERS) tests
 
 clean:

@@ -71,7 +71,7 @@ def transport_overhead(reps: int) -> list[dict]:
     import grpc
     import tensorflow as tf
 
-    from serving import client, server
+    from tfformer.serving import client, server
 
     class Echo(tf.Module):
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
@@ -168,11 +168,12 @@ def main(argv=None) -> int:
     import tensorflow as tf
 
     keras.utils.set_random_seed(0)  # before the tokenizer's tf-text resource
-    from serving import client, server
     from tfformer.builtin_corpus import builtin_pairs
-    from tfformer.export import Translator, export_saved_model
+    from tfformer.export import export_saved_model
     from tfformer.search import beam_search, greedy_search
+    from tfformer.serving import client, server
     from tfformer.tokenizer import Tokenizer
+    from tfformer.translator import Translator
 
     tokenizer = Tokenizer.train([s for p in builtin_pairs("train", n=5000) for s in p], 4000)
     results = {"output_tokens": OUTPUT_TOKENS, "vocab_size": tokenizer.vocab_size,

@@ -5,8 +5,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfformer.layers.attention import (MultiHeadAttention, ScaledDotProductAttention, causal_mask,
-                                       padding_mask)
+from tfformer.layers.attention import (
+    MultiHeadAttention,
+    ScaledDotProductAttention,
+    causal_mask,
+    padding_mask,
+)
 
 
 def numpy_attention(q, k, v, mask=None):

@@ -15,8 +15,15 @@ import tfformer
 from tfformer import builtin_corpus as bc
 from tfformer.builtin_corpus import NounPhrase, Sentence, builtin_pairs, render
 from tfformer.data import (
-    DataError, ParallelText, hold_out, load_data, make_dataset, make_eval_dataset, read_tfds,
-    read_tsv)
+    DataError,
+    ParallelText,
+    hold_out,
+    load_data,
+    make_dataset,
+    make_eval_dataset,
+    read_tfds,
+    read_tsv,
+)
 from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from tfformer.tokenizer import Tokenizer
 

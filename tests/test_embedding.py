@@ -4,8 +4,12 @@ import math
 
 import numpy as np
 
-from tfformer.layers.embedding import (LearnedPositionalEmbedding, SharedEmbedding,
-                                       SinusoidalPositionalEncoding, sinusoidal_table)
+from tfformer.layers.embedding import (
+    LearnedPositionalEmbedding,
+    SharedEmbedding,
+    SinusoidalPositionalEncoding,
+    sinusoidal_table,
+)
 
 
 def test_sinusoidal_table_equals_section_3_5_formula():

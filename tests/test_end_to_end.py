@@ -1,4 +1,4 @@
-"""The README's path through the installed console scripts: train (bf16, gradient accumulation,
+"""The README's path through the installed console scripts, from outside the checkout: train (bf16, gradient accumulation,
 dev BLEU) -> run dir -> export -> tfformer-serve -> tfformer-translate over gRPC."""
 
 import csv
@@ -12,9 +12,15 @@ import sys
 import keras
 import pytest
 
-from tests.test_training import SMALL, env
+from tests.test_training import SMALL
 
 BIN = os.path.dirname(sys.executable)
+
+
+def env():
+    """The installed package only: no PYTHONPATH, and run from a directory outside the checkout."""
+    return {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+            "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
 def script(name):

@@ -11,14 +11,20 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from serving import client, server
-from serving.export import main as export_main
 from tfformer import Transformer, TransformerConfig
 from tfformer.builtin_corpus import builtin_pairs
-from tfformer.export import (ExportError, check_ops, export_saved_model,
-                             load_translator, saved_model_ops, translate_in_fresh_process)
+from tfformer.cli.export import main as export_main
+from tfformer.export import (
+    ExportError,
+    check_ops,
+    export_saved_model,
+    saved_model_ops,
+    translate_in_fresh_process,
+)
 from tfformer.search import beam_search, greedy_search
+from tfformer.serving import client, server
 from tfformer.tokenizer import Tokenizer
+from tfformer.translator import load_translator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SENTENCES = ["Los tres perros rojos comen manzanas verdes.", "Una hermana visita el puente.",
@@ -174,7 +180,7 @@ def test_export_runs_unchanged_on_tensorflow_and_tf_text_2_20(exported, translat
 def test_op_allowlist_matches_tensorflow_2_20():
     python = compat_python()
     result = subprocess.run(
-        [python, os.path.join(ROOT, "serving", "make_op_allowlist.py"), "--check",
+        [python, os.path.join(ROOT, "tools", "make_op_allowlist.py"), "--check",
          os.path.join(ROOT, "tfformer", "serving_ops.txt")],
         capture_output=True, text=True, timeout=300,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})

@@ -3,7 +3,12 @@
 import numpy as np
 import tensorflow as tf
 
-from tfformer import Transformer, TransformerConfig, compile_transformer, paper_optimizer
+from tfformer import (
+    Transformer,
+    TransformerConfig,
+    compile_transformer,
+    paper_optimizer,
+)
 
 
 def fit_weights(batches, accumulation, initial_weights, config):

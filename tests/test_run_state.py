@@ -10,7 +10,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfformer import Transformer, TransformerConfig, compile_transformer, paper_optimizer
+from tfformer import (
+    Transformer,
+    TransformerConfig,
+    compile_transformer,
+    paper_optimizer,
+)
 from tfformer.files import atomic_write_text, remove_temporaries
 from tfformer.run_state import RunState, history_csv, logged_tensorboard_steps
 from tfformer.training import fit_resumable

@@ -1,4 +1,5 @@
-"""The local TF Serving stand-in (serving.server) and the client / CLI (serving.client).
+"""The local TF Serving stand-in (tfformer.serving), its program (tfformer-serve), the client
+(tfformer.serving.client) and its program (tfformer-translate).
 
 Everything runs against a small stand-in SavedModel with the real model's serving contract
 (``inputs``: string [batch] -> ``translations``: string [batch], ``scores``: float32 [batch]),
@@ -39,7 +40,8 @@ from tensorflow_serving.apis import (
     regression_pb2,
 )
 
-from serving import client, server
+from tfformer.cli import translate as translate_cli
+from tfformer.serving import client, server
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = "tfformer"
@@ -378,7 +380,7 @@ def _wait_for(predicate, timeout=30.0, interval=0.1):
 
 
 def test_new_version_is_picked_up_and_a_broken_one_is_not(tmp_path, caplog):
-    caplog.set_level("INFO", logger="serving.server")
+    caplog.set_level("INFO", logger="tfformer.serving")
     base = tmp_path / MODEL
     write_standin(base / "1", 1)
     running = server.start_server(str(base), MODEL, port=0, poll_seconds=0.2)
@@ -451,10 +453,10 @@ class _Lines:
 
 @contextlib.contextmanager
 def server_program(*args):
-    """`python -m serving.server ARGS` on a free port: yields (process, output lines, port);
+    """`python -m tfformer.cli.serve ARGS` on a free port: yields (process, output lines, port);
     the process is killed on the way out whatever happened."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "serving.server", "--port", "0", *args],
+        [sys.executable, "-m", "tfformer.cli.serve", "--port", "0", *args],
         cwd=REPO_ROOT, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True)
     try:
@@ -533,7 +535,7 @@ def test_server_program_exits_1_when_its_only_version_fails_to_load(tmp_path):
     (base / "1").mkdir(parents=True)
     (base / "1" / "saved_model.pb").write_bytes(b"not a SavedModel")
     result = subprocess.run(
-        [sys.executable, "-m", "serving.server", "--model-base-path", str(base), "--port", "0"],
+        [sys.executable, "-m", "tfformer.cli.serve", "--model-base-path", str(base), "--port", "0"],
         cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=120)
     assert result.returncode == 1
     assert "Failed to load servable tfformer version 1" in result.stderr
@@ -545,7 +547,7 @@ def test_server_program_exits_1_when_its_only_version_fails_to_load(tmp_path):
 
 
 def test_cli_arguments_with_scores(handle, capsys):
-    code = client.main(["--server", handle.address, "--scores", "hola mundo", "gato"])
+    code = translate_cli.main(["--server", handle.address, "--scores", "hola mundo", "gato"])
     out, err = capsys.readouterr()
     assert (code, err) == (0, "")
     assert out == "-10\tv2:hello world\n-4\tv2:cat\n"
@@ -555,7 +557,7 @@ def test_cli_stdin_keeps_order_and_blank_lines_across_batches(handle, capsys, mo
     lines = ["hola", "", "mundo", "el gato", "ñu", "perro"]
     data = "".join(line + "\n" for line in lines).encode("utf-8")
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
-    code = client.main(["--server", handle.address, "--batch-size", "4"])
+    code = translate_cli.main(["--server", handle.address, "--batch-size", "4"])
     out, err = capsys.readouterr()
     assert (code, err) == (0, "")
     assert out.split("\n") == ["v2:hello", "v2:", "v2:world", "v2:EL cat", "v2:ÑU", "v2:PERRO", ""]
@@ -563,7 +565,7 @@ def test_cli_stdin_keeps_order_and_blank_lines_across_batches(handle, capsys, mo
 
 def test_cli_stdin_in_a_subprocess(handle):
     result = subprocess.run(
-        [sys.executable, "-m", "serving.client", "--server", handle.address],
+        [sys.executable, "-m", "tfformer.cli.translate", "--server", handle.address],
         input="hola mundo\nñandú\n".encode("utf-8"), capture_output=True, cwd=REPO_ROOT,
         env=subprocess_env(), timeout=60)
     assert result.returncode == 0, result.stderr.decode(errors="replace")
@@ -571,18 +573,18 @@ def test_cli_stdin_in_a_subprocess(handle):
 
 
 def test_cli_saved_model_mode_takes_a_version_dir_or_the_highest_version(model_base, capsys):
-    assert client.main(["--saved-model", str(model_base / "1"), "hola mundo"]) == 0
+    assert translate_cli.main(["--saved-model", str(model_base / "1"), "hola mundo"]) == 0
     assert capsys.readouterr().out == "hello world\n"
-    assert client.main(["--saved-model", str(model_base), "--scores", "hola mundo"]) == 0
+    assert translate_cli.main(["--saved-model", str(model_base), "--scores", "hola mundo"]) == 0
     assert capsys.readouterr().out == "-10\tv2:hello world\n"
-    assert client.main(["--saved-model", str(model_base / "nope"), "hola"]) == 1
+    assert translate_cli.main(["--saved-model", str(model_base / "nope"), "hola"]) == 1
     assert "neither a SavedModel directory nor a model base path" in capsys.readouterr().err
 
 
 def test_cli_unreachable_server_exits_non_zero_with_a_clear_message():
     port = free_port()
     result = subprocess.run(
-        [sys.executable, "-m", "serving.client", "--server", f"127.0.0.1:{port}",
+        [sys.executable, "-m", "tfformer.cli.translate", "--server", f"127.0.0.1:{port}",
          "--timeout", "3", "hola"],
         capture_output=True, text=True, cwd=REPO_ROOT, env=subprocess_env(), timeout=60)
     assert result.returncode == 1
@@ -591,10 +593,10 @@ def test_cli_unreachable_server_exits_non_zero_with_a_clear_message():
 
 
 def test_cli_server_side_rejection_exits_non_zero(handle, capsys):
-    assert client.main(["--server", handle.address, "x" * 1001]) == 1
+    assert translate_cli.main(["--server", handle.address, "x" * 1001]) == 1
     err = capsys.readouterr().err
     assert "INVALID_ARGUMENT" in err and "exceeds the maximum of 1000" in err
-    assert client.main(["--server", handle.address, "--model", "nope", "hola"]) == 1
+    assert translate_cli.main(["--server", handle.address, "--model", "nope", "hola"]) == 1
     assert "NOT_FOUND" in capsys.readouterr().err
 
 

@@ -7,7 +7,16 @@ import tensorflow as tf
 
 from tfformer.builtin_corpus import builtin_pairs
 from tfformer.special_tokens import (
-    BOS_ID, BOS_PIECE, EOS_ID, EOS_PIECE, NUM_RESERVED, PAD_ID, PAD_PIECE, UNK_ID, UNK_PIECE)
+    BOS_ID,
+    BOS_PIECE,
+    EOS_ID,
+    EOS_PIECE,
+    NUM_RESERVED,
+    PAD_ID,
+    PAD_PIECE,
+    UNK_ID,
+    UNK_PIECE,
+)
 from tfformer.tokenizer import Tokenizer
 
 # Accents, ñ, ü, inverted marks, curly quotes, dashes: all must survive a round trip.

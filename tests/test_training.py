@@ -15,7 +15,11 @@ import numpy as np
 import pytest
 
 from tfformer import Transformer, TransformerConfig
-from tfformer.callbacks import KeepLastCheckpoints, average_checkpoints, list_checkpoints
+from tfformer.callbacks import (
+    KeepLastCheckpoints,
+    average_checkpoints,
+    list_checkpoints,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -38,7 +42,7 @@ def run_script(path, timeout=600):
 
 
 def train_command(out, *extra):
-    return [sys.executable, "-m", "training.train", "--data", "builtin:2000", "--out", str(out),
+    return [sys.executable, "-m", "tfformer.cli.train", "--data", "builtin:2000", "--out", str(out),
             *SMALL, *extra]
 
 
@@ -256,7 +260,7 @@ def test_train_program_reports_bad_data_with_file_and_line(tmp_path, content, me
     bad = tmp_path / "bad.tsv"
     bad.write_text(content)
     result = subprocess.run(
-        [sys.executable, "-m", "training.train", "--data", f"tsv:{bad}", "--out",
+        [sys.executable, "-m", "tfformer.cli.train", "--data", f"tsv:{bad}", "--out",
          str(tmp_path / "run")], capture_output=True, text=True, timeout=300, env=env())
     assert result.returncode == 2
     assert message in result.stderr
@@ -266,7 +270,7 @@ def test_skip_bad_lines_counts_what_it_skipped(tmp_path):
     bad = tmp_path / "bad.tsv"
     good = "".join(f"uno dos {i}\tone two {i}\n" for i in range(60))
     bad.write_bytes(good.encode() + b"sin tabulador\n\xff\xfe\tx\n" + good.encode())
-    command = [sys.executable, "-m", "training.train", "--data", f"tsv:{bad}",
+    command = [sys.executable, "-m", "tfformer.cli.train", "--data", f"tsv:{bad}",
                "--skip-bad-lines", "--out", str(tmp_path / "run"), *SMALL, "--steps", "1"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env())
     assert result.returncode == 0, result.stderr[-3000:]
@@ -276,14 +280,14 @@ def test_skip_bad_lines_counts_what_it_skipped(tmp_path):
 
 def test_bad_config_override_names_the_field(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "training.train", "--set", "d_model=100", "--set", "num_heads=3",
+        [sys.executable, "-m", "tfformer.cli.train", "--set", "d_model=100", "--set", "num_heads=3",
          "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=300, env=env())
     assert result.returncode == 2
     assert "d_model (100)" in result.stderr and "num_heads (3)" in result.stderr
 
 
 def test_average_program_writes_the_mean_of_the_last_checkpoints(tmp_path):
-    from training.average import main as average_main
+    from tfformer.cli.average import main as average_main
 
     config = TransformerConfig(vocab_size=20, d_model=8, num_heads=2, d_ff=8,
                                num_encoder_layers=1, num_decoder_layers=1)
@@ -310,7 +314,7 @@ def test_tfds_without_the_package_is_a_clear_error(tmp_path):
     (tmp_path / "tensorflow_datasets.py").write_text(
         "raise ImportError(\"No module named 'tensorflow_datasets'\")\n")
     result = subprocess.run(
-        [sys.executable, "-m", "training.train", "--data", "tfds:ted_hrlr_translate/pt_to_en",
+        [sys.executable, "-m", "tfformer.cli.train", "--data", "tfds:ted_hrlr_translate/pt_to_en",
          "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=300,
         env=env(PYTHONPATH=f"{ROOT}{os.pathsep}{tmp_path}"))
     assert result.returncode == 2

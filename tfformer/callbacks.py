@@ -11,9 +11,9 @@ import keras
 import sacrebleu
 import tensorflow as tf
 
-from tfformer.export import Translator
 from tfformer.files import atomic_write, remove_temporaries
 from tfformer.run_state import optimizer_step
+from tfformer.translator import Translator
 
 logger = logging.getLogger(__name__)
 

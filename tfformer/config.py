@@ -113,7 +113,8 @@ class TransformerConfig:
         if self.norm not in NORM_CHOICES:
             raise ValueError(f"norm must be one of {NORM_CHOICES}, got {self.norm!r}")
         if not isinstance(self.share_embeddings, bool):
-            raise ValueError(f"share_embeddings must be true or false, got {self.share_embeddings!r}")
+            raise ValueError("share_embeddings must be true or false, got "
+                             f"{self.share_embeddings!r}")
 
     def replace(self, **overrides: Any) -> "TransformerConfig":
         """Returns a copy with `overrides` applied; unknown names raise ValueError."""

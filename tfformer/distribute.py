@@ -1,4 +1,4 @@
-"""Choosing a tf.distribute strategy: one device, several GPUs (or logical CPUs), several workers."""
+"""Choosing a tf.distribute strategy: one device, several GPUs (or logical CPUs), or workers."""
 
 from __future__ import annotations
 

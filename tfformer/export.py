@@ -1,10 +1,9 @@
-"""Translator (tokenizer + model + search) and its string-in/string-out SavedModel for TF Serving.
+"""The Translator as a string-in/string-out SavedModel for TF Serving, and its checks.
 
-The SavedModel's signatures `serving_default` and `translate` take `inputs`: tf.string [batch]
-and return `translations`: tf.string [batch] and `scores`: float32 [batch]. One trace serves
+The signatures and tensor names are those of `tfformer.contract`. One trace serves
 every batch size and sentence length. Everything in it is a core TensorFlow op or a
 tensorflow-text 2.20 op, which is what a stock TensorFlow Serving binary links; `check_ops`
-proves it against the list in `serving_ops.txt` (made by serving/make_op_allowlist.py from
+proves it against the list in `serving_ops.txt` (made by tools/make_op_allowlist.py from
 tensorflow 2.20.0 + tensorflow-text 2.20.0).
 """
 
@@ -18,87 +17,20 @@ import sys
 from importlib import resources
 from typing import Iterable, Sequence
 
-import keras
 import tensorflow as tf
 
-from tfformer.model import Transformer
-from tfformer.search import beam_search, greedy_search
-from tfformer.special_tokens import PAD_ID
-from tfformer.tokenizer import MODEL_FILENAME, Tokenizer
-
-MODEL_KERAS_FILENAME = "model.keras"
-# Dev sources that tfformer-train keeps in the run dir: what the export check translates.
-DEV_SOURCES_FILENAME = "dev_sources.txt"
-SIGNATURE_NAMES = ("serving_default", "translate")
+from tfformer.contract import (
+    DEFAULT_SIGNATURE,
+    INPUT_NAME,
+    OUTPUT_SCORES,
+    OUTPUT_TRANSLATIONS,
+    SIGNATURE_NAMES,
+)
+from tfformer.translator import Translator
 
 
 class ExportError(RuntimeError):
     """The export is not fit for stock TF Serving, or it does not reproduce the Translator."""
-
-
-class Translator(tf.Module):
-    """Text in, text out: tokenize, encode, search, detokenize, all in one graph.
-
-    Args:
-        model: a trained `Transformer`.
-        tokenizer: the `Tokenizer` the model was trained with.
-        beam_size: k; 1 means greedy search. Defaults to the model config's (4 in the paper).
-        length_penalty: alpha (default: the config's, 0.6 in the paper).
-        max_output_extra: maximum output length = input tokens + this (default: config, 50).
-
-    Call `translate(tf.constant([...]))` (a tf.function) for tensors, or `translate_texts` for
-    Python strings.
-    """
-
-    def __init__(self, model: Transformer, tokenizer: Tokenizer, *, beam_size: int | None = None,
-                 length_penalty: float | None = None, max_output_extra: int | None = None,
-                 name: str = "translator"):
-        super().__init__(name=name)
-        config = model.transformer_config
-        if tokenizer.vocab_size > config.vocab_size:
-            raise ValueError(f"tokenizer has {tokenizer.vocab_size} ids but the model's "
-                             f"vocab_size is {config.vocab_size}")
-        self.model = model
-        self.tokenizer = tokenizer
-        self.beam_size = config.beam_size if beam_size is None else beam_size
-        self.length_penalty = config.length_penalty if length_penalty is None else length_penalty
-        self.max_output_extra = (config.max_output_extra if max_output_extra is None
-                                 else max_output_extra)
-        self.translate = tf.function(
-            self._translate, input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
-
-    def _translate(self, inputs):
-        source_ids = self.tokenizer.encode_source(inputs).to_tensor(default_value=PAD_ID)
-        if self.beam_size == 1:
-            result = greedy_search(self.model, source_ids, self.max_output_extra)
-        else:
-            result = beam_search(self.model, source_ids, self.beam_size, self.length_penalty,
-                                 self.max_output_extra)
-        return {"translations": self.tokenizer.detokenize(result.tokens[:, 0]),
-                "scores": result.scores[:, 0]}
-
-    def translate_texts(self, sentences: Sequence[str]) -> list[tuple[str, float]]:
-        """Translates Python strings; returns (translation, score) pairs in order."""
-        outputs = self.translate(tf.constant(list(sentences), tf.string))
-        return [(text.decode("utf-8"), float(score)) for text, score in
-                zip(outputs["translations"].numpy(), outputs["scores"].numpy())]
-
-
-def load_translator(run_dir: str | os.PathLike, **translator_kwargs) -> Translator:
-    """Builds a Translator from a training run dir: `model.keras` plus `tokenizer.model`.
-
-    Raises:
-        FileNotFoundError: naming whichever of the two files is missing.
-    """
-    model_path = os.path.join(run_dir, MODEL_KERAS_FILENAME)
-    tokenizer_path = os.path.join(run_dir, MODEL_FILENAME)
-    for path in (model_path, tokenizer_path):
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"{path} not found: a run dir needs {MODEL_KERAS_FILENAME} "
-                                    f"and {MODEL_FILENAME}")
-    tokenizer = Tokenizer.from_file(tokenizer_path)
-    model = keras.models.load_model(model_path, compile=False)
-    return Translator(model, tokenizer, **translator_kwargs)
 
 
 def saved_model_ops(export_dir: str | os.PathLike) -> set[str]:
@@ -139,17 +71,18 @@ def check_ops(export_dir: str | os.PathLike) -> set[str]:
 
 # Runs in a fresh interpreter that imports only tensorflow and tensorflow_text: proves the
 # export needs no tfformer, no Keras objects and no Python from this process.
-_FRESH_PROCESS_SCRIPT = """
+_FRESH_PROCESS_SCRIPT = f"""
 import json, sys
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  registers the SentencePiece ops
 export_dir, sentences = sys.argv[1], json.loads(sys.stdin.read())
 loaded = tf.saved_model.load(export_dir)
-out = loaded.signatures["serving_default"](inputs=tf.constant(sentences, tf.string))
-print(json.dumps({"translations": [t.decode("utf-8") for t in out["translations"].numpy()],
-                  "scores": [float(s) for s in out["scores"].numpy()],
-                  "modules": sorted(m.split(".")[0] for m in sys.modules
-                                    if m.split(".")[0] in ("tfformer", "keras_hub"))}))
+out = loaded.signatures["{DEFAULT_SIGNATURE}"]({INPUT_NAME}=tf.constant(sentences, tf.string))
+print(json.dumps({{
+    "translations": [t.decode("utf-8") for t in out["{OUTPUT_TRANSLATIONS}"].numpy()],
+    "scores": [float(s) for s in out["{OUTPUT_SCORES}"].numpy()],
+    "modules": sorted(m.split(".")[0] for m in sys.modules
+                      if m.split(".")[0] in ("tfformer", "keras_hub"))}}))
 """
 
 

@@ -30,7 +30,16 @@ import tensorflow_text as tf_text
 
 from tfformer.files import atomic_write
 from tfformer.special_tokens import (
-    BOS_ID, BOS_PIECE, EOS_ID, EOS_PIECE, NUM_RESERVED, PAD_ID, PAD_PIECE, UNK_ID, UNK_PIECE)
+    BOS_ID,
+    BOS_PIECE,
+    EOS_ID,
+    EOS_PIECE,
+    NUM_RESERVED,
+    PAD_ID,
+    PAD_PIECE,
+    UNK_ID,
+    UNK_PIECE,
+)
 
 MODEL_TYPES = ("bpe", "unigram")
 MODEL_FILENAME = "tokenizer.model"

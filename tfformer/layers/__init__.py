@@ -1,10 +1,18 @@
 """The Transformer's building blocks as Keras layers (paper §3)."""
 
-from tfformer.layers.attention import (MultiHeadAttention, ScaledDotProductAttention, causal_mask,
-                                       padding_mask)
+from tfformer.layers.attention import (
+                                       MultiHeadAttention,
+                                       ScaledDotProductAttention,
+                                       causal_mask,
+                                       padding_mask,
+)
 from tfformer.layers.decoder import Decoder, DecoderLayer
-from tfformer.layers.embedding import (LearnedPositionalEmbedding, SharedEmbedding,
-                                       SinusoidalPositionalEncoding, sinusoidal_table)
+from tfformer.layers.embedding import (
+                                       LearnedPositionalEmbedding,
+                                       SharedEmbedding,
+                                       SinusoidalPositionalEncoding,
+                                       sinusoidal_table,
+)
 from tfformer.layers.encoder import Encoder, EncoderLayer
 from tfformer.layers.feed_forward import PositionwiseFeedForward
 from tfformer.layers.residual import SublayerConnection

@@ -113,7 +113,8 @@ class ScaledDotProductAttention(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package="tfformer")
 class MultiHeadAttention(keras.layers.Layer):
-    """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
+    """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O,
+    head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V) (§3.2.2).
 
     Weights have the shapes of `keras.layers.MultiHeadAttention` (query/key/value kernels
     [d_model, h, d_k] with biases [h, d_k], output kernel [h, d_k, d_model] with bias [d_model]),

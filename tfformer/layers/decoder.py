@@ -16,6 +16,7 @@ from tfformer.layers.feed_forward import PositionwiseFeedForward
 from tfformer.layers.residual import SublayerConnection
 from tfformer.layers.stack import LayerStack, TransformerLayerBase
 
+
 @keras.saving.register_keras_serializable(package="tfformer")
 class DecoderLayer(TransformerLayerBase):
     """Masked self-attention, attention over the encoder output, and an FFN (§3.1).

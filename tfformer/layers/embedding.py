@@ -83,7 +83,7 @@ class LearnedPositionalEmbedding(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package="tfformer")
 class SharedEmbedding(keras.layers.Layer):
-    """Token embedding scaled by sqrt(d_model), whose transpose is the pre-softmax projection (§3.4).
+    """Token embedding scaled by sqrt(d_model); its transpose is the pre-softmax projection (§3.4).
 
     Args:
         vocab_size: number of token ids.

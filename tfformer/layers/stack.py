@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import keras
 
-from tfformer.layers.embedding import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+from tfformer.layers.embedding import (
+    LearnedPositionalEmbedding,
+    SinusoidalPositionalEncoding,
+)
 
 
 class TransformerLayerBase(keras.layers.Layer):

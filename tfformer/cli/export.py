@@ -16,15 +16,7 @@ import logging
 import os
 import sys
 
-logger = logging.getLogger("tfformer.export")
-
-DEFAULT_SENTENCES = (
-    "Los tres perros rojos comen manzanas verdes.",
-    "Una hermana visita el puente azul.",
-    "¿Dónde está la biblioteca?",
-    "",
-)
-
+logger = logging.getLogger("tfformer.cli.export")
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="tfformer-export", description=__doc__.split("\n\n")[0],
@@ -43,45 +35,22 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def next_version(model_base_path: str, name: str) -> int:
-    directory = os.path.join(model_base_path, name)
-    versions = [int(d) for d in os.listdir(directory) if d.isdigit()] \
-        if os.path.isdir(directory) else []
-    return max(versions, default=0) + 1
-
-
-def check_sentences(path: str | None, run_dir: str) -> tuple[list[str], str]:
-    """The sentences of the fresh-process check, and where they came from."""
-    from tfformer.export import DEV_SOURCES_FILENAME
-
-    run_sources = os.path.join(run_dir, DEV_SOURCES_FILENAME)
-    if not path and os.path.exists(run_sources):
-        path = run_sources
-    if path:
-        with open(path, encoding="utf-8") as f:
-            return [line.rstrip("\n") for line in f], path
-    return list(DEFAULT_SENTENCES), "built-in examples"
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from tfformer.export import ExportError, export_saved_model, load_translator
+    from tfformer import run
+    from tfformer.export import ExportError
 
     try:
-        translator = load_translator(args.run_dir, beam_size=args.beam_size,
-                                     length_penalty=args.length_penalty)
-        version = args.version or next_version(args.model_base_path, args.name)
-        sentences, origin = check_sentences(args.check_sentences, args.run_dir)
-        path = export_saved_model(translator, args.model_base_path, args.name, version,
-                                  check_sentences=sentences)
+        result = run.export(args.run_dir, args.model_base_path, args.name, args.version,
+                            beam_size=args.beam_size, length_penalty=args.length_penalty,
+                            check_sentences=args.check_sentences)
     except (ExportError, FileNotFoundError, FileExistsError, ValueError) as error:
         logger.error("%s", error)
         return 1
-    logger.info("exported %s; it translates %d check sentences (%s) in a fresh process exactly "
-                "as in memory", path, len(sentences), origin)
-    print(json.dumps({"export_dir": path, "version": version, "check_sentences": origin}))
+    print(json.dumps({"export_dir": result.export_dir, "version": result.version,
+                      "check_sentences": result.check_sentences}))
     return 0
 
 

@@ -26,18 +26,18 @@ SENTENCES = [
 
 
 def main() -> int:
-    from training import train
+    from tfformer.cli import train
 
     print("== 1. train (tfformer-train with no arguments)", flush=True)
     if train.main([]) != 0:
         return 1
     print("\n== 2. export (tfformer-export)", flush=True)
-    from serving import export
+    from tfformer.cli import export
 
     if export.main([RUN_DIR, "--model-base-path", MODEL_BASE_PATH, "--name", MODEL_NAME]) != 0:
         return 1
     print("\n== 3. translate over gRPC (local TF Serving stand-in, official stub)", flush=True)
-    from serving import client, server
+    from tfformer.serving import client, server
 
     with server.start_server(os.path.join(MODEL_BASE_PATH, MODEL_NAME), MODEL_NAME) as handle:
         translations = client.translate(SENTENCES, server=handle.address, model=MODEL_NAME,

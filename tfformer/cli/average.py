@@ -28,25 +28,13 @@ def main(argv=None) -> int:
     if args.last < 1:
         parser.error("--last must be >= 1")
 
-    from tfformer.callbacks import average_checkpoints, list_checkpoints
-    from tfformer.config import TransformerConfig
-    from tfformer.files import atomic_write
-    from tfformer.model import Transformer
+    from tfformer import run
 
-    config_path = os.path.join(args.run_dir, "config.json")
-    paths = list_checkpoints(os.path.join(args.run_dir, "checkpoints"))[-args.last:]
-    if not os.path.exists(config_path) or not paths:
-        logger.error("%s needs config.json and checkpoints/ckpt-*.weights.h5", args.run_dir)
+    try:
+        run.average(args.run_dir, last=args.last, out=args.out)
+    except FileNotFoundError as error:
+        logger.error("%s", error)
         return 1
-    if len(paths) < args.last:
-        logger.warning("only %d checkpoint(s) to average, not %d", len(paths), args.last)
-    with open(config_path, encoding="utf-8") as f:
-        model = Transformer(TransformerConfig.from_json(f.read()))
-    model.build()
-    average_checkpoints(model, paths)
-    out = args.out or os.path.join(args.run_dir, f"model-avg{len(paths)}.keras")
-    atomic_write(out, model.save)
-    logger.info("averaged %s into %s", ", ".join(os.path.basename(p) for p in paths), out)
     return 0
 
 

@@ -1,35 +1,39 @@
 """Translate with the exported tfformer model: over TF Serving's gRPC API, or in process.
 
 ``translate()`` speaks the official ``tensorflow.serving.PredictionService`` protocol, so it works
-unchanged against ``tensorflow_model_server`` and against ``serving.server`` (the local stand-in).
+unchanged against ``tensorflow_model_server`` and against ``tfformer.serving.server`` (the local
+stand-in).
 ``translate_saved_model()`` calls the SavedModel's signature in this process instead.
 
-The ``tfformer-translate`` command wraps both: sentences come from its arguments or, when there are
-none, one per line from stdin; translations go to stdout one per line, in order.
+The ``tfformer-translate`` command (`tfformer.cli.translate`) wraps both.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import logging
 import os
-import sys
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import grpc
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
+from tfformer.contract import (
+    DEFAULT_MODEL_NAME,
+    DEFAULT_SIGNATURE,
+    INPUT_NAME,
+    OUTPUT_SCORES,
+    OUTPUT_TRANSLATIONS,
+    has_saved_model,
+    list_versions,
+)
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_SERVER = "127.0.0.1:8500"
-DEFAULT_MODEL = "tfformer"
-DEFAULT_SIGNATURE = "serving_default"
+DEFAULT_MODEL = DEFAULT_MODEL_NAME
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_BATCH_SIZE = 32  # at most the local server's default --max-batch-size (64)
-INPUT_NAME = "inputs"
-OUTPUT_TRANSLATIONS = "translations"
-OUTPUT_SCORES = "scores"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,7 +121,7 @@ def translate(
     version: Optional[int] = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> list[Translation]:
-    """Translate ``sentences`` with a TF Serving (or ``serving.server``) model over gRPC.
+    """Translate ``sentences`` with a TF Serving (or ``tfformer.serving.server``) model over gRPC.
 
     One Predict call per ``batch_size`` sentences, each with ``timeout`` seconds. ``channel`` is
     used (and left open) when given; otherwise a channel to ``server`` is opened and closed.
@@ -154,8 +158,6 @@ def translate(
 def resolve_saved_model_dir(path: str) -> str:
     """A SavedModel directory: ``path`` itself when it holds a saved_model.pb, else its highest
     integer version subdirectory (a TF Serving ``BASE/NAME`` directory)."""
-    from serving.server import has_saved_model, list_versions
-
     if has_saved_model(path):
         return path
     versions = list_versions(path)
@@ -169,7 +171,7 @@ def load_saved_model(path: str) -> Any:
     """Load a SavedModel (version dir or ``BASE/NAME`` dir) after registering the tf-text ops."""
     import tensorflow as tf
 
-    from serving.server import import_tensorflow_text
+    from tfformer.serving.versions import import_tensorflow_text
 
     import_tensorflow_text()
     return tf.saved_model.load(resolve_saved_model_dir(path))
@@ -194,109 +196,3 @@ def translate_saved_model(sentences: Sequence[str], saved_model: Any,
         results.extend(_decode(outputs[OUTPUT_TRANSLATIONS].numpy(),
                                outputs[OUTPUT_SCORES].numpy()))
     return results
-
-
-# --------------------------------------------------------------------------------------------
-# CLI
-
-
-def _stdin_lines() -> Iterator[str]:
-    stream = getattr(sys.stdin, "buffer", None)
-    if stream is None:  # a text stream without bytes underneath (e.g. io.StringIO)
-        for line in sys.stdin:
-            yield line.rstrip("\r\n")
-        return
-    for number, raw in enumerate(stream, start=1):
-        try:
-            yield raw.decode("utf-8").rstrip("\r\n")
-        except UnicodeDecodeError as error:
-            raise ValueError(f"stdin line {number} is not valid UTF-8 ({error.reason} at byte "
-                             f"{error.start})") from None
-
-
-def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
-    chunk: list[str] = []
-    for line in lines:
-        chunk.append(line)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tfformer-translate",
-        description="Translate sentences with the tfformer model served by TF Serving (gRPC), or "
-                    "in process with --saved-model. Without SENTENCE arguments, translates stdin "
-                    "line by line; prints one translation per line, in order.")
-    parser.add_argument("sentences", nargs="*", metavar="SENTENCE", help="sentences to translate")
-    parser.add_argument("--server", default=DEFAULT_SERVER, metavar="HOST:PORT",
-                        help="TF Serving gRPC address (default %(default)s)")
-    parser.add_argument("--model", default=DEFAULT_MODEL,
-                        help="model name on the server (default %(default)s)")
-    parser.add_argument("--signature", default=DEFAULT_SIGNATURE,
-                        help="signature to call (default %(default)s)")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
-                        help="deadline of each request (default %(default)s)")
-    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, metavar="N",
-                        help="sentences per request (default %(default)s)")
-    parser.add_argument("--scores", action="store_true",
-                        help="print 'SCORE<TAB>TRANSLATION' instead of the translation alone")
-    parser.add_argument("--saved-model", metavar="DIR",
-                        help="translate in process with this SavedModel (a version dir, or a "
-                             "model base path whose highest version is used) instead of a server")
-    return parser
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    if args.batch_size < 1:
-        parser.error("--batch-size must be at least 1")
-    prog = parser.prog
-    lines = iter(args.sentences) if args.sentences else _stdin_lines()
-
-    channel = None
-    try:
-        if args.saved_model:
-            model = load_saved_model(args.saved_model)
-
-            def run(batch):
-                return translate_saved_model(batch, model, args.signature, args.batch_size)
-        else:
-            channel = grpc.insecure_channel(args.server)
-
-            def run(batch):
-                return translate(batch, args.server, args.model, args.signature, args.timeout,
-                                 channel, batch_size=args.batch_size)
-
-        for batch in _chunks(lines, args.batch_size):
-            for translation in run(batch):
-                if args.scores:
-                    print(f"{translation.score:.6g}\t{translation.text}")
-                else:
-                    print(translation.text)
-            sys.stdout.flush()
-    except TranslationError as error:
-        code = error.code.name if error.code else "BAD_RESPONSE"
-        where = "" if args.saved_model else f" from {args.server}"
-        print(f"{prog}: error: {code}{where}: {error.details}", file=sys.stderr)
-        return 1
-    except (OSError, ValueError, KeyError) as error:
-        message = error.args[0] if isinstance(error, KeyError) and error.args else error
-        print(f"{prog}: error: {message}", file=sys.stderr)
-        return 1
-    except Exception as error:  # noqa: BLE001 - e.g. tf.errors.OpError from the in-process model
-        print(f"{prog}: error: {type(error).__name__}: {error}", file=sys.stderr)
-        return 1
-    finally:
-        if channel is not None:
-            channel.close()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,96 @@
+"""tfformer-serve: serve a model base path over TF Serving's gRPC API (a local stand-in for
+tensorflow_model_server), until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from typing import Optional, Sequence
+
+from tfformer.serving.requests import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_INPUT_CHARS
+from tfformer.serving.server import (
+    DEFAULT_GRACE_SECONDS,
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    DEFAULT_WORKERS,
+    start_server,
+)
+from tfformer.serving.versions import DEFAULT_POLL_SECONDS
+
+logger = logging.getLogger(__name__)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tfformer-serve",
+        description="Serve a TF Serving model base path over TF Serving's gRPC PredictionService "
+                    "(a local stand-in for tensorflow_model_server).")
+    parser.add_argument("--model-base-path", required=True, metavar="DIR",
+                        help="the BASE/NAME directory holding integer version subdirectories")
+    parser.add_argument("--model-name", metavar="NAME",
+                        help="model name clients send in ModelSpec.name (default: the last "
+                             "component of --model-base-path)")
+    parser.add_argument("--host", default=DEFAULT_HOST,
+                        help="address to bind (default %(default)s)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+                        help="gRPC port; 0 picks a free one, printed at start "
+                             "(default %(default)s)")
+    parser.add_argument("--poll-seconds", type=float, default=DEFAULT_POLL_SECONDS,
+                        help="how often to look for a new version; 0 disables "
+                             "(default %(default)s)")
+    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS,
+                        help="RPC worker threads (default %(default)s)")
+    parser.add_argument("--max-batch-size", type=int, default=DEFAULT_MAX_BATCH_SIZE,
+                        help="largest batch accepted by Predict (default %(default)s)")
+    parser.add_argument("--max-input-chars", type=int, default=DEFAULT_MAX_INPUT_CHARS,
+                        help="longest input string, in characters (default %(default)s)")
+    parser.add_argument("--grace-seconds", type=float, default=DEFAULT_GRACE_SECONDS,
+                        help="on SIGTERM/SIGINT, time given to in-flight RPCs "
+                             "(default %(default)s)")
+    parser.add_argument("--log-level", default="INFO",
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="logging level (default %(default)s)")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for flag, value in (("--workers", args.workers), ("--max-batch-size", args.max_batch_size),
+                        ("--max-input-chars", args.max_input_chars)):
+        if value < 1:
+            logger.error("%s must be at least 1, got %d", flag, value)
+            return 2
+    try:
+        handle = start_server(
+            args.model_base_path, args.model_name, args.host, args.port,
+            poll_seconds=args.poll_seconds, workers=args.workers,
+            max_batch_size=args.max_batch_size, max_input_chars=args.max_input_chars)
+    except (OSError, RuntimeError) as error:
+        logger.error("%s", error)
+        return 1
+    print(f"tfformer-serve: model {handle.manager.name!r} listening on {handle.address}",
+          flush=True)
+
+    stop = threading.Event()
+
+    def on_signal(signum, _frame):
+        logger.info("Received %s: stopping (grace %.1f s)", signal.Signals(signum).name,
+                    args.grace_seconds)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    while not stop.wait(0.5):
+        pass
+    handle.stop(grace=args.grace_seconds)
+    logger.info("Server stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

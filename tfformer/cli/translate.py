@@ -1,0 +1,126 @@
+"""tfformer-translate: translate with the exported model over TF Serving's gRPC API, or in
+process with --saved-model. Sentences come from the arguments or, when there are none, one per
+line from stdin; translations go to stdout one per line, in order."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Iterable, Iterator, Optional, Sequence
+
+import grpc
+
+from tfformer.contract import DEFAULT_SIGNATURE
+from tfformer.serving.client import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_MODEL,
+    DEFAULT_SERVER,
+    DEFAULT_TIMEOUT,
+    TranslationError,
+    load_saved_model,
+    translate,
+    translate_saved_model,
+)
+
+
+def _stdin_lines() -> Iterator[str]:
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:  # a text stream without bytes underneath (e.g. io.StringIO)
+        for line in sys.stdin:
+            yield line.rstrip("\r\n")
+        return
+    for number, raw in enumerate(stream, start=1):
+        try:
+            yield raw.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as error:
+            raise ValueError(f"stdin line {number} is not valid UTF-8 ({error.reason} at byte "
+                             f"{error.start})") from None
+
+
+def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
+    chunk: list[str] = []
+    for line in lines:
+        chunk.append(line)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tfformer-translate",
+        description="Translate sentences with the tfformer model served by TF Serving (gRPC), or "
+                    "in process with --saved-model. Without SENTENCE arguments, translates stdin "
+                    "line by line; prints one translation per line, in order.")
+    parser.add_argument("sentences", nargs="*", metavar="SENTENCE", help="sentences to translate")
+    parser.add_argument("--server", default=DEFAULT_SERVER, metavar="HOST:PORT",
+                        help="TF Serving gRPC address (default %(default)s)")
+    parser.add_argument("--model", default=DEFAULT_MODEL,
+                        help="model name on the server (default %(default)s)")
+    parser.add_argument("--signature", default=DEFAULT_SIGNATURE,
+                        help="signature to call (default %(default)s)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                        help="deadline of each request (default %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, metavar="N",
+                        help="sentences per request (default %(default)s)")
+    parser.add_argument("--scores", action="store_true",
+                        help="print 'SCORE<TAB>TRANSLATION' instead of the translation alone")
+    parser.add_argument("--saved-model", metavar="DIR",
+                        help="translate in process with this SavedModel (a version dir, or a "
+                             "model base path whose highest version is used) instead of a server")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if args.batch_size < 1:
+        parser.error("--batch-size must be at least 1")
+    prog = parser.prog
+    lines = iter(args.sentences) if args.sentences else _stdin_lines()
+
+    channel = None
+    try:
+        if args.saved_model:
+            model = load_saved_model(args.saved_model)
+
+            def run(batch):
+                return translate_saved_model(batch, model, args.signature, args.batch_size)
+        else:
+            channel = grpc.insecure_channel(args.server)
+
+            def run(batch):
+                return translate(batch, args.server, args.model, args.signature, args.timeout,
+                                 channel, batch_size=args.batch_size)
+
+        for batch in _chunks(lines, args.batch_size):
+            for translation in run(batch):
+                if args.scores:
+                    print(f"{translation.score:.6g}\t{translation.text}")
+                else:
+                    print(translation.text)
+            sys.stdout.flush()
+    except TranslationError as error:
+        code = error.code.name if error.code else "BAD_RESPONSE"
+        where = "" if args.saved_model else f" from {args.server}"
+        print(f"{prog}: error: {code}{where}: {error.details}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError, KeyError) as error:
+        message = error.args[0] if isinstance(error, KeyError) and error.args else error
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        return 1
+    except Exception as error:  # noqa: BLE001 - e.g. tf.errors.OpError from the in-process model
+        print(f"{prog}: error: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
+    finally:
+        if channel is not None:
+            channel.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

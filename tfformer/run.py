@@ -1,0 +1,360 @@
+"""The run API: train, average and export a run directory from Python.
+
+The console scripts (`tfformer.cli`) only parse their arguments and call these; a notebook or a
+Keras user calls them the same way:
+
+    from tfformer import run
+    result = run.train("runs/mine", "tiny", run.TrainSettings(steps=400))   # rerun to resume
+    run.average("runs/mine", last=5)
+    run.export("runs/mine", model_base_path="models")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import time
+from typing import Any, Sequence
+
+from tfformer.config import PRESETS, TransformerConfig, get_preset
+from tfformer.run_dir import RunDir
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_STEPS = 400
+DEFAULT_STEPS_PER_EPOCH = 100
+DEV_SOURCES_KEPT = 16  # dev sources kept in the run dir for the export check
+
+
+class TrainingStopped(RuntimeError):
+    """Training ended before its step budget (a NaN loss stopped it)."""
+
+
+@dataclasses.dataclass
+class TrainSettings:
+    """How a run trains (the architecture is the `TransformerConfig`).
+
+    Args:
+        data: "builtin[:N]", "tsv:TRAIN[,DEV]" or "tfds:NAME" (see `tfformer.data.load_data`).
+        skip_bad_lines: skip and count malformed data lines instead of failing.
+        steps: optimizer updates in all (default 400 unless `epochs` is given).
+        epochs: passes over the training data, instead of `steps`.
+        steps_per_epoch: batches per epoch: checkpoint, history row and dev BLEU after each
+            (default 100 updates with `steps`, one data pass with `epochs`); a multiple of
+            `grad_accum`.
+        batch_tokens: token budget per global batch (§5.1).
+        vocab_size: subword vocabulary size (default: the config's; a soft limit).
+        mixed_precision: None, "bf16" or "fp16".
+        jit: compile train steps with XLA.
+        grad_accum: batches per optimizer update.
+        devices: split the CPU into this many logical devices (before TensorFlow starts).
+        keep_checkpoints: how many epoch checkpoints to keep (the paper averages 5, §6.1).
+        backup_every: updates between backups within an epoch.
+        dev_sentences: dev sentences decoded for BLEU after each epoch (0: none).
+        seed: seed of the weights, the data order and the vocabulary.
+        keep_initial_weights: also save the weights before the first update.
+        verbose: Keras' progress output (0, 1, 2).
+    """
+
+    data: str = "builtin"
+    skip_bad_lines: bool = False
+    steps: int | None = None
+    epochs: int | None = None
+    steps_per_epoch: int | None = None
+    batch_tokens: int = 4096
+    vocab_size: int | None = None
+    mixed_precision: str | None = None
+    jit: bool = False
+    grad_accum: int = 1
+    devices: int | None = None
+    keep_checkpoints: int = 5
+    backup_every: int = 50
+    dev_sentences: int = 200
+    seed: int = 0
+    keep_initial_weights: bool = False
+    verbose: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "epochs", "steps_per_epoch", "batch_tokens", "vocab_size",
+                     "grad_accum", "devices", "keep_checkpoints", "backup_every"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if self.dev_sentences < 0:
+            raise ValueError(f"dev_sentences must be >= 0, got {self.dev_sentences}")
+        if self.steps and self.epochs:
+            raise ValueError("give steps or epochs, not both")
+        if self.mixed_precision not in (None, "bf16", "fp16"):
+            raise ValueError(f"mixed_precision must be None, 'bf16' or 'fp16', got "
+                             f"{self.mixed_precision!r}")
+        if not self.steps and not self.epochs:
+            self.steps = DEFAULT_STEPS
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """What `train` leaves: the trained model and where everything was written."""
+
+    model: Any
+    tokenizer: Any
+    run_dir: RunDir
+    step: int
+    history: list[dict]
+    dev_pairs: list[tuple[str, str]]
+
+
+def load_config(spec: str | TransformerConfig, **overrides) -> TransformerConfig:
+    """A preset name (tiny, base, big) or a JSON file of TransformerConfig, with overrides."""
+    if isinstance(spec, TransformerConfig):
+        return spec.replace(**overrides) if overrides else spec
+    if spec in PRESETS:
+        return get_preset(spec, **overrides)
+    if not os.path.exists(spec):
+        raise ValueError(f"config {spec!r} is neither a preset ({', '.join(PRESETS)}) "
+                         "nor an existing JSON file")
+    with open(spec, encoding="utf-8") as f:
+        config = TransformerConfig.from_json(f.read())
+    return config.replace(**overrides) if overrides else config
+
+
+def _wait_for_file(path: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise FileNotFoundError(f"{path} did not appear within {timeout:.0f} s")
+        time.sleep(0.2)
+
+
+def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
+          settings: TrainSettings | None = None) -> TrainResult:
+    """Trains (or resumes) the run in `out` until its step budget; resumable after any kill.
+
+    Args:
+        out: the run directory (see `tfformer.run_dir`).
+        config: a preset name, a JSON file or a TransformerConfig (vocab_size is set from the
+            trained vocabulary).
+        settings: how to train (default: `TrainSettings()`).
+
+    Returns:
+        a TrainResult with the trained model, also saved to `RUN/model.keras`.
+
+    Raises:
+        ValueError: bad settings or data (naming the field, file and line), or a run directory
+            whose saved config differs from `config` (naming the fields).
+        TrainingStopped: training stopped before its step budget (NaN loss).
+    """
+    settings = settings or TrainSettings()
+    # Device layout and strategy first: both must exist before TensorFlow runs any op.
+    from tfformer import distribute
+
+    if settings.devices and settings.devices > 1:
+        distribute.split_cpu(settings.devices)
+    strategy = distribute.select_strategy()
+
+    import keras
+
+    # Seed before any tf-text resource exists: seeding later destroys the tokenizer's resource.
+    keras.utils.set_random_seed(settings.seed)
+    if settings.mixed_precision:
+        keras.mixed_precision.set_global_policy(
+            {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}[settings.mixed_precision])
+
+    from tfformer.callbacks import DevBleu, KeepLastCheckpoints
+    from tfformer.data import load_data, make_dataset, make_eval_dataset
+    from tfformer.files import atomic_write, atomic_write_text
+    from tfformer.model import Transformer
+    from tfformer.run_state import RunState
+    from tfformer.schedule import paper_optimizer
+    from tfformer.tokenizer import Tokenizer
+    from tfformer.training import compile_transformer, fit_resumable
+
+    shared = RunDir(out)
+    chief = distribute.is_chief(strategy)
+    run = shared if chief else shared.worker(strategy.cluster_resolver.task_id)
+    os.makedirs(run.path, exist_ok=True)
+
+    splits = load_data(settings.data, skip_bad_lines=settings.skip_bad_lines, seed=settings.seed)
+    for note in splits.notes:
+        logger.info("data: %s", note)
+    for name, text in (("train", splits.train), ("dev", splits.dev)):
+        logger.info("data: %s: %d pairs from %s%s", name, len(text), text.path,
+                    f", {text.num_skipped} bad line(s) skipped" if text.num_skipped else "")
+        for line_no, reason in text.skipped[:20]:
+            logger.warning("data: skipped %s:%d: %s", text.path, line_no, reason)
+
+    config = load_config(config)
+    resuming = os.path.exists(run.config)
+    if os.path.exists(shared.tokenizer):
+        tokenizer = Tokenizer.from_file(shared.tokenizer)
+        logger.info("tokenizer: reusing %s (%d ids)", shared.tokenizer, tokenizer.vocab_size)
+    elif not chief:
+        # The chief trains the one shared vocabulary; the other workers use the same file.
+        _wait_for_file(shared.tokenizer, timeout=600)
+        tokenizer = Tokenizer.from_file(shared.tokenizer)
+    else:
+        # §5.1: one vocabulary shared by source and target, learned from both sides.
+        requested = settings.vocab_size or config.vocab_size
+        tokenizer = Tokenizer.train(
+            (s for pair in splits.train.pairs for s in pair), requested, seed=settings.seed)
+        tokenizer.save(shared.tokenizer)
+        logger.info("tokenizer: trained %d ids (asked for %d), saved %s",
+                    tokenizer.vocab_size, requested, shared.tokenizer)
+    config = config.replace(vocab_size=tokenizer.vocab_size)
+    if resuming:
+        with open(run.config, encoding="utf-8") as f:
+            saved = TransformerConfig.from_json(f.read())
+        if saved != config:
+            raise ValueError(
+                f"{run.config} differs from this command's config in "
+                f"{'; '.join(saved.differences(config))}; use a new --out, or the same "
+                "arguments to resume")
+    elif chief:
+        atomic_write_text(run.train_args, json.dumps(dataclasses.asdict(settings), indent=2))
+        # Last: its presence is what marks a run directory as one to resume.
+        atomic_write_text(run.config, config.to_json())
+    if chief and splits.dev.pairs and not os.path.exists(run.dev_sources):
+        atomic_write_text(run.dev_sources, "".join(
+            source.replace("\n", " ") + "\n"
+            for source, _ in splits.dev.pairs[:DEV_SOURCES_KEPT]))
+
+    run_state = RunState(run.path, settings.backup_every,
+                         keep_initial_weights=settings.keep_initial_weights)
+    replicas = strategy.num_replicas_in_sync
+    # A resumed run reshuffles with another seed; the same seed would replay the first batches.
+    train_data, info = make_dataset(
+        splits.train, tokenizer, batch_tokens=settings.batch_tokens,
+        max_length=config.max_length, repeat=True, seed=settings.seed + run_state.step,
+        batch_multiple=replicas)
+    logger.info("train: %d pairs in %d batches per pass; %d dropped as longer than %d tokens",
+                info.num_pairs, info.num_batches, info.num_dropped, config.max_length)
+    dev_data, dev_info = make_eval_dataset(
+        splits.dev, tokenizer, batch_tokens=settings.batch_tokens, max_length=config.max_length,
+        batch_multiple=replicas)
+    if dev_info.num_dropped:
+        logger.info("dev: %d pairs dropped as longer than %d tokens", dev_info.num_dropped,
+                    config.max_length)
+
+    # Epochs are counted in batches and end on an optimizer update (steps count updates).
+    accumulation = settings.grad_accum
+    if settings.steps:
+        total_steps = settings.steps
+        steps_per_epoch = settings.steps_per_epoch or min(
+            DEFAULT_STEPS_PER_EPOCH, total_steps) * accumulation
+    else:
+        steps_per_epoch = settings.steps_per_epoch or max(
+            accumulation, info.num_batches // accumulation * accumulation)
+        total_steps = max(1, settings.epochs * steps_per_epoch // accumulation)
+    if steps_per_epoch % accumulation:
+        raise ValueError(f"steps_per_epoch ({steps_per_epoch}) must be a multiple of "
+                         f"grad_accum ({accumulation}): epochs end on an update")
+    logger.info("%d updates of %d batch(es), %d per epoch (%d epochs)", total_steps,
+                accumulation, steps_per_epoch // accumulation,
+                math.ceil(total_steps / (steps_per_epoch // accumulation)))
+
+    with strategy.scope():
+        model = Transformer(config)
+        model.build()
+        optimizer = paper_optimizer(config.d_model, config.warmup_steps,
+                                    gradient_accumulation_steps=accumulation)
+        compile_transformer(model, optimizer=optimizer, jit_compile=settings.jit)
+    logger.info("model: %s parameters, %d replica(s) under %s", f"{model.count_params():,}",
+                replicas, type(strategy).__name__)
+
+    callbacks = [
+        keras.callbacks.TerminateOnNaN(),
+        KeepLastCheckpoints(run.checkpoints, keep=settings.keep_checkpoints),
+    ]
+    if settings.dev_sentences and chief:
+        callbacks.append(DevBleu(tokenizer, splits.dev.pairs,
+                                 max_sentences=settings.dev_sentences))
+    with strategy.scope():
+        logger.info("starting at step %d of %d", run_state.step, total_steps)
+        step = fit_resumable(model, train_data, run_state=run_state, total_steps=total_steps,
+                             steps_per_epoch=steps_per_epoch, validation_data=dev_data,
+                             callbacks=callbacks, verbose=settings.verbose)
+    if step < total_steps:
+        raise TrainingStopped(f"training stopped early at step {step} of {total_steps} "
+                              "(NaN loss?)")
+    atomic_write(run.model, model.save)
+    logger.info("saved %s after %d steps", run.model, step)
+    return TrainResult(model, tokenizer, run, step, list(run_state.history), splits.dev.pairs)
+
+
+def average(run_dir: str | os.PathLike, last: int = 5, out: str | None = None) -> str:
+    """Averages the weights of the run's last `last` epoch checkpoints (§6.1) into a `.keras`
+    model (default `RUN/model-avgK.keras`, K the number averaged); returns its path."""
+    if last < 1:
+        raise ValueError(f"last must be >= 1, got {last}")
+    from tfformer.callbacks import average_checkpoints, list_checkpoints
+    from tfformer.files import atomic_write
+    from tfformer.model import Transformer
+
+    run = RunDir(run_dir)
+    paths = list_checkpoints(run.checkpoints)[-last:]
+    if not os.path.exists(run.config) or not paths:
+        raise FileNotFoundError(f"{run.path} needs {os.path.basename(run.config)} and "
+                                f"{os.path.basename(run.checkpoints)}/ckpt-*.weights.h5")
+    if len(paths) < last:
+        logger.warning("only %d checkpoint(s) to average, not %d", len(paths), last)
+    with open(run.config, encoding="utf-8") as f:
+        model = Transformer(TransformerConfig.from_json(f.read()))
+    model.build()
+    average_checkpoints(model, paths)
+    out = out or run.averaged_model(len(paths))
+    atomic_write(out, model.save)
+    logger.info("averaged %s into %s", ", ".join(os.path.basename(p) for p in paths), out)
+    return out
+
+
+FALLBACK_CHECK_SENTENCES = (
+    "Los tres perros rojos comen manzanas verdes.",
+    "Una hermana visita el puente azul.",
+    "¿Dónde está la biblioteca?",
+    "",
+)
+
+
+@dataclasses.dataclass
+class ExportResult:
+    export_dir: str
+    version: int
+    check_sentences: str  # where the checked sentences came from
+
+
+def export(run_dir: str | os.PathLike, model_base_path: str = "models", name: str = "tfformer",
+           version: int | None = None, *, beam_size: int | None = None,
+           length_penalty: float | None = None,
+           check_sentences: str | Sequence[str] | None = None) -> ExportResult:
+    """Exports the run's model.keras as `model_base_path/name/VERSION` for TF Serving, checked
+    op by op and in a fresh process (see `tfformer.export.export_saved_model`).
+
+    Args:
+        version: default one above the highest present.
+        beam_size, length_penalty: the exported search (default: the config's).
+        check_sentences: sentences, or a file of them, for the fresh-process check (default:
+            the run's dev sources, else a few fixed Spanish sentences).
+    """
+    from tfformer.contract import next_version
+    from tfformer.export import export_saved_model
+    from tfformer.translator import load_translator
+
+    run = RunDir(run_dir)
+    translator = load_translator(run.path, beam_size=beam_size, length_penalty=length_penalty)
+    version = version or next_version(os.path.join(model_base_path, name))
+    if check_sentences is None and os.path.exists(run.dev_sources):
+        check_sentences = run.dev_sources
+    if check_sentences is None:
+        sentences, origin = list(FALLBACK_CHECK_SENTENCES), "built-in examples"
+    elif isinstance(check_sentences, (str, os.PathLike)):
+        with open(check_sentences, encoding="utf-8") as f:
+            sentences, origin = [line.rstrip("\n") for line in f], os.fspath(check_sentences)
+    else:
+        sentences, origin = list(check_sentences), "given sentences"
+    path = export_saved_model(translator, model_base_path, name, version,
+                              check_sentences=sentences)
+    logger.info("exported %s; it translates %d check sentences (%s) in a fresh process exactly "
+                "as in memory", path, len(sentences), origin)
+    return ExportResult(path, version, origin)

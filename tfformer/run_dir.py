@@ -1,0 +1,82 @@
+"""A training run's directory: every file name in it, defined once.
+
+    RUN/config.json         the architecture (TransformerConfig), written before training
+    RUN/train_args.json     the training settings the run was started with
+    RUN/tokenizer.model     the shared SentencePiece vocabulary (§5.1)
+    RUN/dev_sources.txt     a few dev sources: what tfformer-export checks by default
+    RUN/metrics.csv         one row per finished epoch (a view of backup/state.json)
+    RUN/checkpoints/        ckpt-EPOCH.weights.h5, the last K epochs (for averaging, §6.1)
+    RUN/backup/             state.json + step-N.weights.h5: where a killed run resumes
+    RUN/logs/               TensorBoard scalars (train/, validation/)
+    RUN/model.keras         the final model
+    RUN/model-avgK.keras    the average of the last K checkpoints (tfformer-average)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+
+@dataclasses.dataclass(frozen=True)
+class RunDir:
+    """Paths inside one run directory.
+
+    Args:
+        path: the run directory (it need not exist yet).
+    """
+
+    path: str
+
+    def __post_init__(self):
+        object.__setattr__(self, "path", os.fspath(self.path))
+
+    def _join(self, *names: str) -> str:
+        return os.path.join(self.path, *names)
+
+    @property
+    def config(self) -> str:
+        return self._join("config.json")
+
+    @property
+    def train_args(self) -> str:
+        return self._join("train_args.json")
+
+    @property
+    def tokenizer(self) -> str:
+        return self._join("tokenizer.model")
+
+    @property
+    def dev_sources(self) -> str:
+        return self._join("dev_sources.txt")
+
+    @property
+    def metrics(self) -> str:
+        return self._join("metrics.csv")
+
+    @property
+    def checkpoints(self) -> str:
+        return self._join("checkpoints")
+
+    @property
+    def backup(self) -> str:
+        return self._join("backup")
+
+    @property
+    def logs(self) -> str:
+        return self._join("logs")
+
+    @property
+    def model(self) -> str:
+        return self._join("model.keras")
+
+    @property
+    def initial_weights(self) -> str:
+        return self._join("initial.weights.h5")
+
+    def averaged_model(self, count: int) -> str:
+        return self._join(f"model-avg{count}.keras")
+
+    def worker(self, task_id: int) -> "RunDir":
+        """The directory of a non-chief worker's own files (multi-worker training)."""
+        return RunDir(self._join(f"worker-{task_id}"))

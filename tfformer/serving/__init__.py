@@ -1,0 +1,8 @@
+"""Serving the exported model: the SavedModel contract, a local TF Serving stand-in, clients.
+
+Modules, each with one job (as in TF Serving's own source), all bound by `tfformer.contract`
+(signature and tensor names, the version-directory rule: defined once):
+`versions` (finding, loading and hot-swapping versions), `requests` (validating a Predict
+request and converting tensors), `service` (the gRPC servicers), `server` (starting and
+stopping it), `client` (calling it, or a SavedModel in process).
+"""

@@ -1,0 +1,124 @@
+"""A local stand-in for TensorFlow Serving's gRPC API, for development and tests.
+
+It serves one model from a TF Serving model base path (``BASE/NAME/VERSION/saved_model.pb``)
+through the official ``tensorflow.serving.PredictionService`` (and ``ModelService.GetModelStatus``)
+protos, so a client written against it works unchanged against ``tensorflow_model_server``:
+`versions` finds, loads and hot-swaps versions, `requests` validates requests, `service` answers
+the RPCs; this module starts and stops the gRPC server (the program is `tfformer-serve`).
+``Classify``, ``Regress`` and ``MultiInference`` answer UNIMPLEMENTED.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from concurrent import futures
+from typing import Optional
+
+import grpc
+from tensorflow_serving.apis import model_service_pb2_grpc, prediction_service_pb2_grpc
+
+from tfformer.contract import list_versions
+from tfformer.serving.requests import (
+    DEFAULT_MAX_BATCH_SIZE,
+    DEFAULT_MAX_INPUT_CHARS,
+    RequestValidator,
+)
+from tfformer.serving.service import ModelStatusServicer, PredictionServicer
+from tfformer.serving.versions import (
+    DEFAULT_POLL_SECONDS,
+    ModelVersionManager,
+    import_tensorflow_text,
+)
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8500
+DEFAULT_WORKERS = 8
+DEFAULT_GRACE_SECONDS = 10.0
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class ServerHandle:
+    """A running server: ``port`` (the bound one), ``address``, ``manager``, ``stop()``."""
+
+    def __init__(self, server: grpc.Server, manager: ModelVersionManager, host: str, port: int):
+        self._server = server
+        self.manager = manager
+        self.host = host
+        self.port = port
+        self.address = _address(host, port)
+        self._stopped = False
+
+    def stop(self, grace: Optional[float] = DEFAULT_GRACE_SECONDS) -> None:
+        """Stop accepting RPCs, let in-flight ones finish for up to ``grace`` seconds, then stop."""
+        if self._stopped:
+            return
+        self._stopped = True
+        stopped = self._server.stop(grace)  # rejects new RPCs now
+        self.manager.stop_polling(timeout=1.0)  # do not wait out a long model load
+        stopped.wait()
+
+    def wait_for_termination(self, timeout: Optional[float] = None) -> bool:
+        return self._server.wait_for_termination(timeout)
+
+    def __enter__(self) -> "ServerHandle":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop(grace=1.0)
+
+
+def start_server(
+    model_base_path: str,
+    model_name: Optional[str] = None,
+    host: str = DEFAULT_HOST,
+    port: int = 0,
+    *,
+    poll_seconds: float = DEFAULT_POLL_SECONDS,
+    workers: int = DEFAULT_WORKERS,
+    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+    max_input_chars: int = DEFAULT_MAX_INPUT_CHARS,
+) -> ServerHandle:
+    """Load the highest version under ``model_base_path`` (the ``BASE/NAME`` dir) and serve it.
+
+    ``model_name`` defaults to the base path's last component. ``port=0`` binds a free port (read
+    it from the handle). ``poll_seconds <= 0`` disables polling. Raises ``FileNotFoundError`` when
+    no version directory exists, ``RuntimeError`` when the highest version fails to load (like TF
+    Serving, which does not start then), ``OSError`` when the address cannot be bound.
+    """
+    base_path = os.path.abspath(model_base_path)
+    name = model_name or os.path.basename(base_path.rstrip(os.sep))
+    import_tensorflow_text()
+    manager = ModelVersionManager(name, base_path, poll_seconds)
+    if not list_versions(base_path):
+        raise FileNotFoundError(f"no version directory (e.g. {os.path.join(base_path, '1')}) "
+                                f"with a saved_model.pb under {base_path}")
+    manager.poll_once()
+    if manager.current is None:
+        raise RuntimeError(f"the highest version under {base_path} failed to load (see the log)")
+
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tfformer-serve"),
+        # Without this gRPC sets SO_REUSEPORT and a second server on a busy port "binds" silently.
+        options=[("grpc.so_reuseport", 0)],
+    )
+    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
+        PredictionServicer(manager, RequestValidator(max_batch_size, max_input_chars)), server)
+    model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelStatusServicer(manager), server)
+    try:
+        bound = server.add_insecure_port(_address(host, port))
+    except RuntimeError as error:
+        raise OSError(f"cannot bind {_address(host, port)}: {error}") from error
+    if not bound:
+        raise OSError(f"cannot bind {_address(host, port)}")
+    server.start()
+    manager.start_polling()
+    handle = ServerHandle(server, manager, host, bound)
+    logger.info("Serving model %r version %d from %s at %s (gRPC)", name,
+                manager.current.version, base_path, handle.address)
+    return handle

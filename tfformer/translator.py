@@ -1,0 +1,84 @@
+"""Translator: tokenizer + model + search, text in and text out, in one graph.
+
+Used alike by training (dev BLEU), evaluation and the SavedModel export.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+import keras
+import tensorflow as tf
+
+from tfformer.contract import INPUT_NAME, OUTPUT_SCORES, OUTPUT_TRANSLATIONS
+from tfformer.model import Transformer
+from tfformer.run_dir import RunDir
+from tfformer.search import beam_search, greedy_search
+from tfformer.special_tokens import PAD_ID
+from tfformer.tokenizer import Tokenizer
+
+
+class Translator(tf.Module):
+    """Text in, text out: tokenize, encode, search, detokenize, all in one graph.
+
+    Args:
+        model: a trained `Transformer`.
+        tokenizer: the `Tokenizer` the model was trained with.
+        beam_size: k; 1 means greedy search. Defaults to the model config's (4 in the paper).
+        length_penalty: alpha (default: the config's, 0.6 in the paper).
+        max_output_extra: maximum output length = input tokens + this (default: config, 50).
+
+    Call `translate(tf.constant([...]))` (a tf.function) for tensors, or `translate_texts` for
+    Python strings.
+    """
+
+    def __init__(self, model: Transformer, tokenizer: Tokenizer, *, beam_size: int | None = None,
+                 length_penalty: float | None = None, max_output_extra: int | None = None,
+                 name: str = "translator"):
+        super().__init__(name=name)
+        config = model.transformer_config
+        if tokenizer.vocab_size > config.vocab_size:
+            raise ValueError(f"tokenizer has {tokenizer.vocab_size} ids but the model's "
+                             f"vocab_size is {config.vocab_size}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.beam_size = config.beam_size if beam_size is None else beam_size
+        self.length_penalty = config.length_penalty if length_penalty is None else length_penalty
+        self.max_output_extra = (config.max_output_extra if max_output_extra is None
+                                 else max_output_extra)
+        self.translate = tf.function(
+            self._translate, input_signature=[tf.TensorSpec([None], tf.string, name=INPUT_NAME)])
+
+    def _translate(self, inputs):
+        source_ids = self.tokenizer.encode_source(inputs).to_tensor(default_value=PAD_ID)
+        if self.beam_size == 1:
+            result = greedy_search(self.model, source_ids, self.max_output_extra)
+        else:
+            result = beam_search(self.model, source_ids, self.beam_size, self.length_penalty,
+                                 self.max_output_extra)
+        return {OUTPUT_TRANSLATIONS: self.tokenizer.detokenize(result.tokens[:, 0]),
+                OUTPUT_SCORES: result.scores[:, 0]}
+
+    def translate_texts(self, sentences: Sequence[str]) -> list[tuple[str, float]]:
+        """Translates Python strings; returns (translation, score) pairs in order."""
+        outputs = self.translate(tf.constant(list(sentences), tf.string))
+        return [(text.decode("utf-8"), float(score)) for text, score in
+                zip(outputs[OUTPUT_TRANSLATIONS].numpy(), outputs[OUTPUT_SCORES].numpy())]
+
+
+def load_translator(run_dir: str | os.PathLike, **translator_kwargs) -> Translator:
+    """Builds a Translator from a training run dir: `model.keras` plus `tokenizer.model`.
+
+    Raises:
+        FileNotFoundError: naming whichever of the two files is missing.
+    """
+    run = RunDir(run_dir)
+    for path in (run.model, run.tokenizer):
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path} not found: a run dir needs "
+                                    f"{os.path.basename(run.model)} and "
+                                    f"{os.path.basename(run.tokenizer)}")
+    tokenizer = Tokenizer.from_file(run.tokenizer)
+    model = keras.models.load_model(run.model, compile=False)
+    return Translator(model, tokenizer, **translator_kwargs)
