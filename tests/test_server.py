@@ -605,3 +605,19 @@ def test_translation_error_carries_code_and_details(handle):
         client.translate(["hola"], server=handle.address, signature="nope")
     assert caught.value.code == grpc.StatusCode.FAILED_PRECONDITION
     assert caught.value.details == 'Serving signature key "nope" not found.'
+
+
+def test_stand_alone_grpc_client_example_translates_without_tfformer(handle, model_base):
+    example = os.path.join(REPO_ROOT, "serving", "grpc_client_example.py")
+    # Run from serving/ with no PYTHONPATH, and fail on any import of tfformer.
+    code = ("import sys, runpy; sys.argv = sys.argv[1:]; "
+            "runpy.run_path(sys.argv[0], run_name='__main__')")
+    guard = ("import sys; sys.modules['tfformer'] = None; " + code)
+    result = subprocess.run(
+        [sys.executable, "-c", guard, example, "--server", handle.address, "--model", MODEL,
+         "hola mundo", "gato"],
+        capture_output=True, text=True, timeout=120, cwd=os.path.join(REPO_ROOT, "serving"),
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    texts, scores = in_process(model_base / "2", ["hola mundo", "gato"])
+    assert result.stdout.splitlines() == [f"{s:.4f}\t{t}" for t, s in zip(texts, scores)]

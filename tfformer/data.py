@@ -5,7 +5,7 @@ program can log it. Bad data raises `DataError` naming the file and the 1-based 
 unless `skip_bad_lines=True`, in which case the bad lines are skipped and listed. Nothing is
 dropped silently: over-length pairs are counted by `make_dataset` in its `PipelineInfo`.
 
-`load_data(spec)` parses the program's `--data` value:
+`load_data(spec)` parses a data spec (what `tfformer-train --data` takes):
 
 * ``builtin`` or ``builtin:N`` – the synthetic Spanish→English corpus (`tfformer.builtin_corpus`);
 * ``tsv:TRAIN[,DEV]`` – UTF-8 files of ``source<TAB>target`` lines;
@@ -202,7 +202,7 @@ def read_builtin(split: str = "train", n: int | None = None, seed: int = 0) -> P
 
 @dataclasses.dataclass(frozen=True)
 class DataSplits:
-    """Train and dev pairs for one `--data` spec.
+    """Train and dev pairs for one data spec.
 
     Attributes:
         train: training pairs.
@@ -247,12 +247,14 @@ def hold_out(text: ParallelText, *, fraction: float = HOLDOUT_FRACTION,
 
 
 def load_data(spec: str, *, skip_bad_lines: bool = False, seed: int = 0) -> DataSplits:
-    """Loads train and dev pairs for a `--data` spec.
+    """Loads train and dev pairs for a data spec.
 
     Args:
         spec: "builtin" or "builtin:N_TRAIN" (synthetic corpus, its own dev split);
             "tsv:TRAIN[,DEV]" (without DEV, a seeded sample of 1% of TRAIN, at most 1000
-            pairs, is held out as dev); "tfds:NAME" (splits "train" and "validation").
+            pairs, is held out as dev); "tfds:NAME" (splits "train" and "validation");
+            "reverse:SPEC" swaps source and target of SPEC (e.g. WMT14 EN->DE from
+            "reverse:tfds:wmt14_translate/de-en", whose supervised keys are (de, en)).
         skip_bad_lines: skip (and list) bad lines instead of raising.
         seed: seed of the built-in corpus and of the held-out dev sample.
 
@@ -263,6 +265,12 @@ def load_data(spec: str, *, skip_bad_lines: bool = False, seed: int = 0) -> Data
         ValueError: for a malformed spec; DataError for bad data; ImportError (tfds missing).
     """
     kind, _, rest = spec.partition(":")
+    if kind == "reverse":
+        splits = load_data(rest, skip_bad_lines=skip_bad_lines, seed=seed)
+        swap = [ParallelText([(t, s) for s, t in text.pairs], text.path, text.skipped)
+                for text in (splits.train, splits.dev)]
+        return dataclasses.replace(splits, train=swap[0], dev=swap[1], spec=spec,
+                                   notes=[*splits.notes, "source and target swapped"])
     notes: list[str] = []
     if kind == "builtin":
         n_train = None
@@ -272,14 +280,14 @@ def load_data(spec: str, *, skip_bad_lines: bool = False, seed: int = 0) -> Data
             except ValueError:
                 n_train = -1
             if n_train < 1:
-                raise ValueError(f"--data {spec!r}: N in builtin:N must be a positive integer")
+                raise ValueError(f"data spec {spec!r}: N in builtin:N must be a positive integer")
         train = read_builtin("train", n_train, seed)
         dev = read_builtin("dev", None, seed)
         return DataSplits(train, dev, spec)
     if kind == "tsv":
         paths = rest.split(",") if rest else []
         if not 1 <= len(paths) <= 2 or not all(paths):
-            raise ValueError(f"--data {spec!r}: expected tsv:TRAIN or tsv:TRAIN,DEV")
+            raise ValueError(f"data spec {spec!r}: expected tsv:TRAIN or tsv:TRAIN,DEV")
         train = read_tsv(paths[0], skip_bad_lines=skip_bad_lines)
         held_out = len(paths) == 1
         if held_out:
@@ -291,13 +299,13 @@ def load_data(spec: str, *, skip_bad_lines: bool = False, seed: int = 0) -> Data
     elif kind == "tfds":
         if not rest:
             raise ValueError(
-                f"--data {spec!r}: expected tfds:NAME, e.g. tfds:ted_hrlr_translate/pt_to_en")
+                f"data spec {spec!r}: expected tfds:NAME, e.g. tfds:ted_hrlr_translate/pt_to_en")
         train = read_tfds(rest, "train", skip_bad_lines=skip_bad_lines)
         dev = read_tfds(rest, TFDS_DEV_SPLIT, skip_bad_lines=skip_bad_lines)
         held_out = False
     else:
         raise ValueError(
-            f"--data {spec!r}: expected builtin[:N], tsv:TRAIN[,DEV] or tfds:NAME")
+            f"data spec {spec!r}: expected builtin[:N], tsv:TRAIN[,DEV] or tfds:NAME")
     for text in (train, dev):
         if text.skipped:
             first = ", ".join(f"line {n}: {r}" for n, r in text.skipped[:3])

@@ -120,6 +120,34 @@ def load_config(spec: str | TransformerConfig, **overrides) -> TransformerConfig
     return config.replace(**overrides) if overrides else config
 
 
+@dataclasses.dataclass
+class Recipe:
+    """A training recipe (`training/configs/*.json`): a config, its overrides, the training
+    settings and how many checkpoints to average."""
+
+    config: str
+    overrides: dict
+    train: TrainSettings
+    average_last: int = 5
+    description: str = ""
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Recipe":
+        with open(path, encoding="utf-8") as f:
+            raw = json.load(f)
+        unknown = sorted(set(raw) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise ValueError(f"{path}: unknown recipe field(s) {', '.join(unknown)}")
+        known = {f.name for f in dataclasses.fields(TrainSettings)}
+        bad = sorted(set(raw.get("train", {})) - known)
+        if bad:
+            raise ValueError(f"{path}: unknown training setting(s) {', '.join(bad)}")
+        return cls(config=raw["config"], overrides=raw.get("overrides", {}),
+                   train=TrainSettings(**raw.get("train", {})),
+                   average_last=raw.get("average_last", 5),
+                   description=raw.get("description", ""))
+
+
 def _wait_for_file(path: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not os.path.exists(path):

@@ -3,8 +3,8 @@
 TF Serving links core TensorFlow plus the ops of tensorflow-text 2.20.0. Run this with
 tensorflow==2.20.0 and tensorflow-text==2.20.0 installed (the second virtualenv that CI makes):
 
-    python serving/make_op_allowlist.py tfformer/serving_ops.txt      # write
-    python serving/make_op_allowlist.py --check tfformer/serving_ops.txt  # compare, exit 1 if stale
+    python tools/make_op_allowlist.py tfformer/serving_ops.txt      # write
+    python tools/make_op_allowlist.py --check tfformer/serving_ops.txt  # compare, exit 1 if stale
 
 Left out, to be safe:
 - XLA ops (Xla*): registered in the TensorFlow pip package, but without kernels outside XLA
@@ -48,7 +48,7 @@ def main(argv=None) -> int:
     tf_version, text_version, ops = serving_ops()
     header = (f"# Ops of stock TF Serving: tensorflow {tf_version} core (no Xla* ops) + "
               f"tensorflow-text {text_version} (no TFText>* ops).\n"
-              f"# Made by serving/make_op_allowlist.py; one op per line.\n")
+              f"# Made by tools/make_op_allowlist.py; one op per line.\n")
     content = header + "".join(f"{op}\n" for op in sorted(ops))
     if args.check:
         with open(args.path) as f:

@@ -13,6 +13,7 @@ sentences tfformer-export checks by default), metrics.csv (one row per epoch), c
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -23,10 +24,13 @@ logger = logging.getLogger("tfformer.train")
 DEFAULT_OUT = os.path.join("runs", "tiny-builtin")
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def parse_args(argv=None, recipe: str | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="tfformer-train", description=__doc__.split("\n\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--recipe", default=None, metavar="JSON",
+                        help="a recipe (training/configs/*.json): config, overrides and "
+                             "training settings, as defaults for the other flags")
     parser.add_argument("--config", default="tiny",
                         help="preset name (tiny, base, big) or a JSON file of TransformerConfig")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
@@ -67,6 +71,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2),
                         help="Keras progress output: 0 silent, 1 bar, 2 one line per epoch")
+    if recipe:
+        from tfformer.run import Recipe
+
+        try:
+            loaded = Recipe.load(recipe)
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            parser.error(f"--recipe {recipe}: {error}")
+        parser.set_defaults(config=loaded.config, **dataclasses.asdict(loaded.train),
+                            set=[f"{k}={json.dumps(v)}" for k, v in loaded.overrides.items()])
     args = parser.parse_args(argv)
     for name in ("steps", "epochs", "steps_per_epoch", "batch_tokens", "vocab_size",
                  "grad_accum", "devices", "keep_checkpoints", "backup_every"):
@@ -104,6 +117,9 @@ SETTINGS_FLAGS = ("data", "skip_bad_lines", "steps", "epochs", "steps_per_epoch"
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.recipe:
+        # The recipe gives the defaults; flags given on the command line override them.
+        args = parse_args(argv, recipe=args.recipe)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from tfformer import run
