@@ -1,5 +1,6 @@
 """The README's path through the installed console scripts, from outside the checkout:
-train (bf16, gradient accumulation, dev BLEU) -> run dir -> export -> tfformer-serve -> tfformer-translate over gRPC."""
+train (bf16, gradient accumulation, dev BLEU) -> run dir -> export -> tfformer-serve ->
+tfformer-translate over gRPC."""
 
 import csv
 import json
