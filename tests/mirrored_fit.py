@@ -27,7 +27,7 @@ pairs = builtin_pairs("train", n=600)
 tokenizer = Tokenizer.train([s for p in pairs for s in p], 300)
 config = TransformerConfig(vocab_size=tokenizer.vocab_size, d_model=32, num_heads=2, d_ff=64,
                            num_encoder_layers=1, num_decoder_layers=1, dropout=0.0,
-                           warmup_steps=20, max_length=64)
+                           max_length=64)
 dataset, _ = make_dataset(pairs, tokenizer, batch_tokens=600, max_length=64, shuffle=False,
                           batch_multiple=2)
 batches = list(dataset.take(4))

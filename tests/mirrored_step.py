@@ -20,7 +20,7 @@ from tfformer import Transformer, TransformerConfig, compile_transformer  # noqa
 from tfformer.losses import label_smoothed_cross_entropy  # noqa: E402
 
 config = TransformerConfig(vocab_size=30, d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1,
-                           num_decoder_layers=1, dropout=0.0, warmup_steps=10)
+                           num_decoder_layers=1, dropout=0.0)
 rng = np.random.default_rng(0)
 source = rng.integers(4, 30, size=(4, 6)).astype("int32")
 target_in = rng.integers(4, 30, size=(4, 5)).astype("int32")

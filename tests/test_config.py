@@ -1,8 +1,14 @@
-"""TransformerConfig: presets, validation naming the field, JSON round trip."""
+"""TransformerConfig (the architecture) and DecodingConfig: presets, validation naming the field,
+JSON round trip, configs saved before the split."""
+
+import json
+import os
 
 import pytest
 
-from tfformer.config import PRESETS, TransformerConfig, get_preset
+from tfformer.config import PRESETS, DecodingConfig, TransformerConfig, get_preset
+
+LEGACY_RUN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "run-v0.1")
 
 
 def test_presets_hold_the_papers_table_3_values():
@@ -11,9 +17,10 @@ def test_presets_hold_the_papers_table_3_values():
             base.num_decoder_layers, base.dropout) == (512, 8, 2048, 6, 6, 0.1)
     assert (big.d_model, big.num_heads, big.d_ff, big.num_encoder_layers,
             big.num_decoder_layers, big.dropout) == (1024, 16, 4096, 6, 6, 0.3)
+    decoding = DecodingConfig()
+    assert (decoding.beam_size, decoding.length_penalty, decoding.max_output_extra) == (
+        4, 0.6, 50)  # §6.1
     for config in (base, big):
-        assert (config.label_smoothing, config.warmup_steps, config.beam_size,
-                config.length_penalty, config.max_output_extra) == (0.1, 4000, 4, 0.6, 50)
         assert config.positional == "sinusoidal" and config.norm == "post"
         assert config.share_embeddings
     assert PRESETS["tiny"].d_model < base.d_model
@@ -32,13 +39,35 @@ def test_d_model_not_divisible_by_heads_names_both_numbers():
 @pytest.mark.parametrize("field, value", [
     ("vocab_size", 0), ("d_model", -8), ("num_heads", 0), ("d_ff", 0),
     ("num_encoder_layers", 0), ("num_decoder_layers", 1.5), ("dropout", 1.0),
-    ("attention_dropout", -0.1), ("label_smoothing", "0.1"), ("max_length", 1),
+    ("attention_dropout", -0.1), ("layer_norm_epsilon", -1e-6), ("max_length", 1),
     ("positional", "rotary"), ("norm", "sandwich"), ("share_embeddings", "yes"),
-    ("warmup_steps", 0), ("beam_size", 0), ("length_penalty", -1), ("max_output_extra", -1),
 ])
 def test_invalid_values_raise_value_error_naming_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         TransformerConfig(**{field: value})
+
+
+@pytest.mark.parametrize("field, value", [
+    ("beam_size", 0), ("beam_size", 2.0), ("length_penalty", -1), ("max_output_extra", -1)])
+def test_invalid_decoding_values_name_the_field(field, value):
+    with pytest.raises(ValueError, match=field):
+        DecodingConfig(**{field: value})
+
+
+def test_a_config_saved_before_the_split_loads_as_its_architecture():
+    with open(os.path.join(LEGACY_RUN, "config.json")) as f:
+        text = f.read()
+    assert {"warmup_steps", "beam_size", "label_smoothing"} <= set(json.loads(text))
+    config = TransformerConfig.from_json(text)
+    assert (config.vocab_size, config.d_model, config.d_ff) == (120, 16, 32)
+    assert not hasattr(config, "warmup_steps")
+
+
+def test_weight_differences_leave_out_dropout():
+    config = get_preset("tiny")
+    changed = config.replace(dropout=0.3, attention_dropout=0.1, d_ff=256)
+    assert config.weight_differences(changed) == ["d_ff: 512 -> 256"]
+    assert len(config.differences(changed)) == 3
 
 
 def test_unknown_fields_and_presets_are_named():

@@ -27,6 +27,7 @@ from tfformer.tokenizer import Tokenizer
 from tfformer.translator import load_translator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXTRA = 12  # max_output_extra: random weights rarely emit EOS, so keep outputs short
 SENTENCES = ["Los tres perros rojos comen manzanas verdes.", "Una hermana visita el puente.",
              "¿Dónde está la biblioteca?", "", "hola"]
 
@@ -40,8 +41,7 @@ def run_dir(tmp_path_factory):
     tokenizer = Tokenizer.train([s for p in pairs for s in p], 300)
     tokenizer.save(directory / "tokenizer.model")
     config = TransformerConfig(vocab_size=tokenizer.vocab_size, d_model=32, num_heads=4,
-                               d_ff=64, num_encoder_layers=2, num_decoder_layers=2,
-                               max_output_extra=12)
+                               d_ff=64, num_encoder_layers=2, num_decoder_layers=2)
     model = Transformer(config)
     model.build()
     model.save(directory / "model.keras")
@@ -50,7 +50,7 @@ def run_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def translator(run_dir):
-    return load_translator(run_dir)
+    return load_translator(run_dir, max_output_extra=EXTRA)
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +140,7 @@ def test_translator_takes_any_batch_with_one_trace(translator):
 def test_greedy_translator_equals_beam_search_of_one_without_length_penalty(run_dir):
     # The Translator sends beam_size=1 to greedy_search; beam_search(k=1, alpha=0) is the same
     # search by another code path, through the same tokenizer.
-    greedy = load_translator(run_dir, beam_size=1)
+    greedy = load_translator(run_dir, beam_size=1, max_output_extra=EXTRA)
     tokenizer = greedy.tokenizer
     source_ids = tokenizer.encode_source(tf.constant(SENTENCES)).to_tensor(default_value=0)
     beam = beam_search(greedy.model, source_ids, beam_size=1, alpha=0.0,
@@ -197,8 +197,10 @@ def test_grpc_round_trip_of_the_real_export_matches_in_process(exported, transla
 
 
 def test_export_program_picks_the_next_version(run_dir, tmp_path, capsys):
-    assert export_main([str(run_dir), "--model-base-path", str(tmp_path), "--beam-size", "1"]) == 0
-    assert export_main([str(run_dir), "--model-base-path", str(tmp_path), "--beam-size", "1"]) == 0
+    command = [str(run_dir), "--model-base-path", str(tmp_path), "--beam-size", "1",
+               "--max-output-extra", str(EXTRA)]
+    assert export_main(command) == 0
+    assert export_main(command) == 0
     assert sorted(os.listdir(tmp_path / "tfformer")) == ["1", "2"]
     reports = [json.loads(line) for line in capsys.readouterr().out.splitlines()
                if line.startswith("{")]

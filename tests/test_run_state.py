@@ -4,6 +4,7 @@ steps across an interruption, and history files are views of the committed state
 import csv
 import json
 import os
+import shutil
 
 import keras
 import numpy as np
@@ -21,7 +22,8 @@ from tfformer.run_state import RunState, history_csv, logged_tensorboard_steps
 from tfformer.training import fit_resumable
 
 CONFIG = TransformerConfig(vocab_size=30, d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1,
-                           num_decoder_layers=1, dropout=0.0, warmup_steps=4)
+                           num_decoder_layers=1, dropout=0.0)
+WARMUP_STEPS = 4
 
 
 def endless_batches(seed=0):
@@ -36,7 +38,7 @@ def new_model(accumulation=None):
     model = Transformer(CONFIG)
     model.build()
     compile_transformer(model, optimizer=paper_optimizer(
-        CONFIG.d_model, CONFIG.warmup_steps, gradient_accumulation_steps=accumulation))
+        CONFIG.d_model, WARMUP_STEPS, gradient_accumulation_steps=accumulation))
     return model
 
 
@@ -155,3 +157,47 @@ def test_a_backup_naming_a_missing_weights_file_is_a_clear_error(tmp_path):
         json.dumps({"step": 3, "weights": "step-000000003.weights.h5", "history": []}))
     with pytest.raises(FileNotFoundError, match="step-000000003.weights.h5"):
         RunState(str(tmp_path), backup_every=1)
+
+
+SMALL_ARCHITECTURE = dict(d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1,
+                          num_decoder_layers=1, max_length=64)
+LEGACY_RUN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "run-v0.1")
+
+
+def small_settings(**changes):
+    from tfformer.run import TrainSettings
+
+    return TrainSettings(**{**dict(data="builtin:300", steps_per_epoch=2, backup_every=1,
+                                   batch_tokens=512, vocab_size=120, dev_sentences=0,
+                                   verbose=0, warmup_steps=10), **changes})
+
+
+def test_run_api_trains_and_resumes_from_python(tmp_path):
+    from tfformer import run
+
+    out = tmp_path / "run"
+    first = run.train(out, "tiny", small_settings(steps=2), SMALL_ARCHITECTURE)
+    assert first.step == 2 and [r["step"] for r in first.history] == [2]
+    # The same run, asked to go further: it continues from its backup, not from step 0.
+    second = run.train(out, "tiny", small_settings(steps=4), SMALL_ARCHITECTURE)
+    assert second.step == 4 and [(r["epoch"], r["step"]) for r in second.history] == [
+        (1, 2), (2, 4)]
+    model = keras.models.load_model(first.run_dir.model)
+    assert int(model.optimizer.iterations) == 4
+    with pytest.raises(ValueError, match="d_ff: 32 -> 64"):
+        run.train(out, "tiny", small_settings(steps=6), {**SMALL_ARCHITECTURE, "d_ff": 64})
+    averaged = run.average(out, last=2)
+    assert os.path.basename(averaged) == "model-avg2.keras"
+
+
+def test_a_run_dir_written_before_the_config_split_loads_and_resumes(tmp_path):
+    from tfformer import run
+    from tfformer.translator import load_translator
+
+    old = tmp_path / "old"
+    shutil.copytree(LEGACY_RUN, old)
+    translator = load_translator(old, max_output_extra=4)  # its model.keras still loads
+    assert translator.beam_size == 4 and translator.model.transformer_config.vocab_size == 120
+    assert len(translator.translate_texts(["hola"])) == 1
+    result = run.train(old, "tiny", small_settings(steps=6), SMALL_ARCHITECTURE)
+    assert [(r["epoch"], r["step"]) for r in result.history] == [(1, 2), (2, 4), (3, 6)]

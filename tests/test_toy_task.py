@@ -28,8 +28,8 @@ def test_tiny_model_learns_to_reverse_sequences():
     rng = np.random.default_rng(0)
     config = TransformerConfig(vocab_size=24, d_model=64, num_heads=4, d_ff=128,
                                num_encoder_layers=2, num_decoder_layers=2, dropout=0.0,
-                               max_length=16, warmup_steps=100)
-    model = compile_transformer(Transformer(config))
+                               max_length=16)
+    model = compile_transformer(Transformer(config), warmup_steps=100)
     train_x, train_y = reverse_task(6400, rng)
     test_x, test_y = reverse_task(500, rng)
     before = model.evaluate(test_x, test_y, batch_size=100, verbose=0, return_dict=True)

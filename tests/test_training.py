@@ -71,8 +71,8 @@ def test_two_workers_on_localhost_train_and_agree_on_weights(tmp_path):
         tf_config = json.dumps({"cluster": {"worker": workers},
                                 "task": {"type": "worker", "index": index}})
         processes.append(subprocess.Popen(
-            train_command(out, "--steps", "4", "--steps-per-epoch", "2", "--set",
-                          "warmup_steps=4", "--keep-initial-weights"),
+            train_command(out, "--steps", "4", "--steps-per-epoch", "2", "--warmup-steps",
+                          "4", "--keep-initial-weights"),
             env=env(TF_CONFIG=tf_config), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True))
     try:

@@ -1,7 +1,9 @@
-"""One configuration dataclass for the model, its training objective and its decoding.
+"""The model's architecture (`TransformerConfig`: what the weights depend on) and its decoding
+settings (`DecodingConfig`: chosen at translate or export time).
 
-The paper's numbers live in the presets (Vaswani et al. 2017, Table 3); defaults live in the
-dataclass; every other module reads its hyper-parameters from a `TransformerConfig`.
+The paper's numbers live in the presets (Vaswani et al. 2017, Table 3) and in the dataclasses'
+defaults. Training settings (label smoothing, warmup, batch tokens, ...) belong to a run:
+`tfformer.run.TrainSettings`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,23 @@ from typing import Any
 
 POSITIONAL_CHOICES = ("sinusoidal", "learned")
 NORM_CHOICES = ("post", "pre")
+# Fields of TransformerConfig that only act during training.
+TRAINING_ONLY = ("dropout", "attention_dropout")
+# Fields that configs written before the architecture/training/decoding split carried.
+LEGACY_FIELDS = ("label_smoothing", "warmup_steps", "beam_size", "length_penalty",
+                 "max_output_extra")
+
+
+def check_fraction(name: str, value: Any) -> None:
+    """Raises ValueError naming `name` unless 0 <= value < 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ValueError(f"{name} must be a number in [0, 1), got {value!r}")
+
+
+def check_non_negative(name: str, value: Any) -> None:
+    """Raises ValueError naming `name` unless value >= 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(f"{name} must be a number >= 0, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,7 +46,6 @@ class TransformerConfig:
         num_decoder_layers: N for the decoder stack (§3.1).
         dropout: P_drop on sub-layer outputs and on embeddings + positions (§5.4).
         attention_dropout: dropout on the attention weights (0 in the paper).
-        label_smoothing: epsilon_ls of the training loss (§5.4).
         max_length: longest sequence (in tokens, BOS/EOS included) the model accepts.
         positional: "sinusoidal" (§3.5) or "learned" (the paper's Table 3 row E).
         share_embeddings: one matrix for source embedding, target embedding and the pre-softmax
@@ -36,10 +54,9 @@ class TransformerConfig:
         norm: "post" is the paper's LayerNorm(x + Sublayer(x)); "pre" is x + Sublayer(LayerNorm(x))
             with a final LayerNorm after each stack.
         layer_norm_epsilon: epsilon of every LayerNorm.
-        warmup_steps: warmup of the learning-rate schedule (§5.3).
-        beam_size: beam width for translation (§6.1).
-        length_penalty: alpha of the length penalty ((5 + |Y|) / 6) ** alpha (§6.1).
-        max_output_extra: maximum output length = input length + this (§6.1).
+
+    Dropout is kept here because the layers hold it, but it does not change what the weights
+    mean: `weight_differences` (what a resumed run must not change) leaves it out.
     """
 
     vocab_size: int = 37000
@@ -50,16 +67,11 @@ class TransformerConfig:
     num_decoder_layers: int = 6
     dropout: float = 0.1
     attention_dropout: float = 0.0
-    label_smoothing: float = 0.1
     max_length: int = 256
     positional: str = "sinusoidal"
     share_embeddings: bool = True
     norm: str = "post"
     layer_norm_epsilon: float = 1e-6
-    warmup_steps: int = 4000
-    beam_size: int = 4
-    length_penalty: float = 0.6
-    max_output_extra: int = 50
 
     def __post_init__(self) -> None:
         self.validate()
@@ -75,18 +87,21 @@ class TransformerConfig:
                 for f in dataclasses.fields(self)
                 if getattr(self, f.name) != getattr(other, f.name)]
 
+    def weight_differences(self, other: "TransformerConfig") -> list[str]:
+        """`differences` that change what the weights mean (all but dropout rates)."""
+        return [d for d in self.differences(other) if d.split(":")[0] not in TRAINING_ONLY]
+
     def validate(self) -> None:
         """Raises ValueError naming the first field whose value is invalid."""
         for name, field_type in (
             ("vocab_size", int), ("d_model", int), ("num_heads", int), ("d_ff", int),
             ("num_encoder_layers", int), ("num_decoder_layers", int), ("max_length", int),
-            ("warmup_steps", int), ("beam_size", int), ("max_output_extra", int),
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, field_type):
                 raise ValueError(f"{name} must be an integer, got {value!r}")
         for name in ("d_model", "num_heads", "d_ff", "num_encoder_layers",
-                     "num_decoder_layers", "warmup_steps", "beam_size"):
+                     "num_decoder_layers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.vocab_size < 5:
@@ -94,19 +109,12 @@ class TransformerConfig:
                 f"vocab_size must be >= 5 (4 reserved ids plus one piece), got {self.vocab_size}")
         if self.max_length < 2:
             raise ValueError(f"max_length must be >= 2 (BOS and EOS), got {self.max_length}")
-        if self.max_output_extra < 0:
-            raise ValueError(f"max_output_extra must be >= 0, got {self.max_output_extra}")
         if self.d_model % self.num_heads:
             raise ValueError(
                 f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})")
-        for name in ("dropout", "attention_dropout", "label_smoothing"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-                raise ValueError(f"{name} must be a number in [0, 1), got {value!r}")
-        for name in ("layer_norm_epsilon", "length_penalty"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+        for name in ("dropout", "attention_dropout"):
+            check_fraction(name, getattr(self, name))
+        check_non_negative("layer_norm_epsilon", self.layer_norm_epsilon)
         if self.positional not in POSITIONAL_CHOICES:
             raise ValueError(
                 f"positional must be one of {POSITIONAL_CHOICES}, got {self.positional!r}")
@@ -125,6 +133,9 @@ class TransformerConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "TransformerConfig":
+        # Configs saved before the split (config.json, .keras) carry training and decoding
+        # settings too: they do not describe the weights, and are dropped.
+        values = {k: v for k, v in values.items() if k not in LEGACY_FIELDS}
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
@@ -145,14 +156,45 @@ class TransformerConfig:
         return cls.from_dict(values)
 
 
+@dataclasses.dataclass(frozen=True)
+class DecodingConfig:
+    """How to translate (§6.1); chosen at translate or export time, not saved with the model.
+
+    Args:
+        beam_size: k, the beam width; 1 means greedy search.
+        length_penalty: alpha of the length penalty ((5 + |Y|) / 6) ** alpha.
+        max_output_extra: maximum output length = input length + this.
+    """
+
+    beam_size: int = 4
+    length_penalty: float = 0.6
+    max_output_extra: int = 50
+
+    def __post_init__(self) -> None:
+        for name in ("beam_size", "max_output_extra"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{name} must be an integer, got {value!r}")
+        if self.beam_size < 1:
+            raise ValueError(f"beam_size must be >= 1, got {self.beam_size}")
+        if self.max_output_extra < 0:
+            raise ValueError(f"max_output_extra must be >= 0, got {self.max_output_extra}")
+        check_non_negative("length_penalty", self.length_penalty)
+
+
 # Paper Table 3. `tiny` is ours: small enough to train on a 2-core CPU in minutes.
 PRESETS: dict[str, TransformerConfig] = {
     "tiny": TransformerConfig(
         vocab_size=8000, d_model=128, num_heads=4, d_ff=512, num_encoder_layers=2,
-        num_decoder_layers=2, dropout=0.1, warmup_steps=400),
+        num_decoder_layers=2, dropout=0.1),
     "base": TransformerConfig(),
     "big": TransformerConfig(d_model=1024, num_heads=16, d_ff=4096, dropout=0.3),
 }
+
+
+# Warmup (§5.3) of a preset's training when the run does not set one: tiny's runs are short.
+PRESET_WARMUP_STEPS = {"tiny": 400}
+PAPER_WARMUP_STEPS = 4000
 
 
 def get_preset(name: str, **overrides: Any) -> TransformerConfig:

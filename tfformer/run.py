@@ -19,7 +19,14 @@ import os
 import time
 from typing import Any, Sequence
 
-from tfformer.config import PRESETS, TransformerConfig, get_preset
+from tfformer.config import (
+    PAPER_WARMUP_STEPS,
+    PRESET_WARMUP_STEPS,
+    PRESETS,
+    TransformerConfig,
+    check_fraction,
+    get_preset,
+)
 from tfformer.run_dir import RunDir
 
 logger = logging.getLogger(__name__)
@@ -46,6 +53,9 @@ class TrainSettings:
             (default 100 updates with `steps`, one data pass with `epochs`); a multiple of
             `grad_accum`.
         batch_tokens: token budget per global batch (§5.1).
+        label_smoothing: epsilon_ls of the loss (§5.4).
+        warmup_steps: updates of learning-rate warmup (§5.3; default 4000 as in the paper, or
+            the preset's own: tiny 400).
         vocab_size: subword vocabulary size (default: the config's; a soft limit).
         mixed_precision: None, "bf16" or "fp16".
         jit: compile train steps with XLA.
@@ -65,6 +75,8 @@ class TrainSettings:
     epochs: int | None = None
     steps_per_epoch: int | None = None
     batch_tokens: int = 4096
+    label_smoothing: float = 0.1
+    warmup_steps: int | None = None
     vocab_size: int | None = None
     mixed_precision: str | None = None
     jit: bool = False
@@ -79,12 +91,14 @@ class TrainSettings:
 
     def __post_init__(self) -> None:
         for name in ("steps", "epochs", "steps_per_epoch", "batch_tokens", "vocab_size",
-                     "grad_accum", "devices", "keep_checkpoints", "backup_every"):
+                     "grad_accum", "devices", "keep_checkpoints", "backup_every",
+                     "warmup_steps"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
         if self.dev_sentences < 0:
             raise ValueError(f"dev_sentences must be >= 0, got {self.dev_sentences}")
+        check_fraction("label_smoothing", self.label_smoothing)
         if self.steps and self.epochs:
             raise ValueError("give steps or epochs, not both")
         if self.mixed_precision not in (None, "bf16", "fp16"):
@@ -157,7 +171,7 @@ def _wait_for_file(path: str, timeout: float) -> None:
 
 
 def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
-          settings: TrainSettings | None = None) -> TrainResult:
+          settings: TrainSettings | None = None, overrides: dict | None = None) -> TrainResult:
     """Trains (or resumes) the run in `out` until its step budget; resumable after any kill.
 
     Args:
@@ -165,6 +179,7 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
         config: a preset name, a JSON file or a TransformerConfig (vocab_size is set from the
             trained vocabulary).
         settings: how to train (default: `TrainSettings()`).
+        overrides: config fields to change, e.g. {"dropout": 0.3}.
 
     Returns:
         a TrainResult with the trained model, also saved to `RUN/model.keras`.
@@ -213,7 +228,10 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
         for line_no, reason in text.skipped[:20]:
             logger.warning("data: skipped %s:%d: %s", text.path, line_no, reason)
 
-    config = load_config(config)
+    warmup_steps = settings.warmup_steps or (
+        PRESET_WARMUP_STEPS.get(config, PAPER_WARMUP_STEPS) if isinstance(config, str)
+        else PAPER_WARMUP_STEPS)
+    config = load_config(config, **(overrides or {}))
     resuming = os.path.exists(run.config)
     if os.path.exists(shared.tokenizer):
         tokenizer = Tokenizer.from_file(shared.tokenizer)
@@ -234,11 +252,14 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
     if resuming:
         with open(run.config, encoding="utf-8") as f:
             saved = TransformerConfig.from_json(f.read())
-        if saved != config:
+        changed = saved.weight_differences(config)
+        if changed:
             raise ValueError(
-                f"{run.config} differs from this command's config in "
-                f"{'; '.join(saved.differences(config))}; use a new --out, or the same "
-                "arguments to resume")
+                f"{run.config} differs from this command's config in {'; '.join(changed)}: "
+                "the saved weights would not fit; use a new --out, or the same architecture "
+                "to resume")
+        if saved != config:
+            logger.info("resuming with %s", "; ".join(saved.differences(config)))
     elif chief:
         atomic_write_text(run.train_args, json.dumps(dataclasses.asdict(settings), indent=2))
         # Last: its presence is what marks a run directory as one to resume.
@@ -285,9 +306,10 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
     with strategy.scope():
         model = Transformer(config)
         model.build()
-        optimizer = paper_optimizer(config.d_model, config.warmup_steps,
+        optimizer = paper_optimizer(config.d_model, warmup_steps,
                                     gradient_accumulation_steps=accumulation)
-        compile_transformer(model, optimizer=optimizer, jit_compile=settings.jit)
+        compile_transformer(model, optimizer=optimizer, label_smoothing=settings.label_smoothing,
+                            jit_compile=settings.jit)
     logger.info("model: %s parameters, %d replica(s) under %s", f"{model.count_params():,}",
                 replicas, type(strategy).__name__)
 
@@ -354,14 +376,15 @@ class ExportResult:
 
 def export(run_dir: str | os.PathLike, model_base_path: str = "models", name: str = "tfformer",
            version: int | None = None, *, beam_size: int | None = None,
-           length_penalty: float | None = None,
+           length_penalty: float | None = None, max_output_extra: int | None = None,
            check_sentences: str | Sequence[str] | None = None) -> ExportResult:
     """Exports the run's model.keras as `model_base_path/name/VERSION` for TF Serving, checked
     op by op and in a fresh process (see `tfformer.export.export_saved_model`).
 
     Args:
         version: default one above the highest present.
-        beam_size, length_penalty: the exported search (default: the config's).
+        beam_size, length_penalty, max_output_extra: the exported search (default: the
+            paper's, `DecodingConfig`).
         check_sentences: sentences, or a file of them, for the fresh-process check (default:
             the run's dev sources, else a few fixed Spanish sentences).
     """
@@ -370,7 +393,8 @@ def export(run_dir: str | os.PathLike, model_base_path: str = "models", name: st
     from tfformer.translator import load_translator
 
     run = RunDir(run_dir)
-    translator = load_translator(run.path, beam_size=beam_size, length_penalty=length_penalty)
+    translator = load_translator(run.path, beam_size=beam_size, length_penalty=length_penalty,
+                                 max_output_extra=max_output_extra)
     version = version or next_version(os.path.join(model_base_path, name))
     if check_sentences is None and os.path.exists(run.dev_sources):
         check_sentences = run.dev_sources

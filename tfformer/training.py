@@ -15,12 +15,15 @@ from tfformer.schedule import paper_optimizer
 
 
 def compile_transformer(model: Transformer, optimizer: keras.optimizers.Optimizer | None = None,
+                        *, label_smoothing: float = 0.1, warmup_steps: int = 4000,
                         **compile_kwargs) -> Transformer:
     """Compiles `model` with the paper's loss (§5.4) and, by default, its optimizer (§5.3).
 
     Args:
-        model: the Transformer; its config gives label smoothing, d_model and warmup.
+        model: the Transformer (its config gives d_model).
         optimizer: defaults to `paper_optimizer(d_model, warmup_steps)`.
+        label_smoothing: epsilon_ls of the loss (0.1 in the paper).
+        warmup_steps: warmup of the default optimizer's schedule (4000 in the paper).
         **compile_kwargs: passed to `keras.Model.compile` (e.g. jit_compile, steps_per_execution).
 
     Returns:
@@ -28,8 +31,8 @@ def compile_transformer(model: Transformer, optimizer: keras.optimizers.Optimize
     """
     config = model.transformer_config
     model.compile(
-        optimizer=optimizer or paper_optimizer(config.d_model, config.warmup_steps),
-        loss=MaskedLabelSmoothedCrossEntropy(config.label_smoothing),
+        optimizer=optimizer or paper_optimizer(config.d_model, warmup_steps),
+        loss=MaskedLabelSmoothedCrossEntropy(label_smoothing),
         metrics=[MaskedAccuracy(), Perplexity()],
         **compile_kwargs)
     return model

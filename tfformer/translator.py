@@ -11,6 +11,7 @@ from typing import Sequence
 import keras
 import tensorflow as tf
 
+from tfformer.config import DecodingConfig
 from tfformer.contract import INPUT_NAME, OUTPUT_SCORES, OUTPUT_TRANSLATIONS
 from tfformer.model import Transformer
 from tfformer.run_dir import RunDir
@@ -25,9 +26,9 @@ class Translator(tf.Module):
     Args:
         model: a trained `Transformer`.
         tokenizer: the `Tokenizer` the model was trained with.
-        beam_size: k; 1 means greedy search. Defaults to the model config's (4 in the paper).
-        length_penalty: alpha (default: the config's, 0.6 in the paper).
-        max_output_extra: maximum output length = input tokens + this (default: config, 50).
+        beam_size: k; 1 means greedy search (default: `DecodingConfig`'s, 4 as in the paper).
+        length_penalty: alpha (default 0.6, as in the paper).
+        max_output_extra: maximum output length = input tokens + this (default 50).
 
     Call `translate(tf.constant([...]))` (a tf.function) for tensors, or `translate_texts` for
     Python strings.
@@ -43,10 +44,12 @@ class Translator(tf.Module):
                              f"vocab_size is {config.vocab_size}")
         self.model = model
         self.tokenizer = tokenizer
-        self.beam_size = config.beam_size if beam_size is None else beam_size
-        self.length_penalty = config.length_penalty if length_penalty is None else length_penalty
-        self.max_output_extra = (config.max_output_extra if max_output_extra is None
-                                 else max_output_extra)
+        given = {"beam_size": beam_size, "length_penalty": length_penalty,
+                 "max_output_extra": max_output_extra}
+        self.decoding = DecodingConfig(**{k: v for k, v in given.items() if v is not None})
+        self.beam_size = self.decoding.beam_size
+        self.length_penalty = self.decoding.length_penalty
+        self.max_output_extra = self.decoding.max_output_extra
         self.translate = tf.function(
             self._translate, input_signature=[tf.TensorSpec([None], tf.string, name=INPUT_NAME)])
 

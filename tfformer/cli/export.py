@@ -26,8 +26,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--name", default="tfformer")
     parser.add_argument("--version", type=int, default=None,
                         help="version number (default: one above the highest present)")
-    parser.add_argument("--beam-size", type=int, default=None, help="1 = greedy (default: config)")
-    parser.add_argument("--length-penalty", type=float, default=None)
+    parser.add_argument("--beam-size", type=int, default=None,
+                        help="1 = greedy (default: 4, as in the paper)")
+    parser.add_argument("--length-penalty", type=float, default=None,
+                        help="alpha (default: 0.6, as in the paper)")
+    parser.add_argument("--max-output-extra", type=int, default=None,
+                        help="maximum output length = input length + this (default: 50)")
     parser.add_argument("--check-sentences", default=None,
                         help="file of sentences (one per line) for the fresh-process check; "
                              "default: the run's dev sources (RUN_DIR/dev_sources.txt, written "
@@ -45,6 +49,7 @@ def main(argv=None) -> int:
     try:
         result = run.export(args.run_dir, args.model_base_path, args.name, args.version,
                             beam_size=args.beam_size, length_penalty=args.length_penalty,
+                            max_output_extra=args.max_output_extra,
                             check_sentences=args.check_sentences)
     except (ExportError, FileNotFoundError, FileExistsError, ValueError) as error:
         logger.error("%s", error)

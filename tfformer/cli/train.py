@@ -50,6 +50,10 @@ def parse_args(argv=None, recipe: str | None = None) -> argparse.Namespace:
                              "--steps, one data pass with --epochs)")
     parser.add_argument("--batch-tokens", type=int, default=4096,
                         help="token budget per global batch (paper: ~25000 source + target)")
+    parser.add_argument("--label-smoothing", type=float, default=0.1,
+                        help="epsilon_ls of the loss (§5.4)")
+    parser.add_argument("--warmup-steps", type=int, default=None,
+                        help="updates of learning-rate warmup (§5.3; default 4000, tiny: 400)")
     parser.add_argument("--vocab-size", type=int, default=None,
                         help="subword vocabulary size (default: the config's; a soft limit)")
     parser.add_argument("--mixed-precision", choices=("bf16", "fp16"), default=None)
@@ -109,12 +113,6 @@ def parse_overrides(items: list[str]) -> dict:
     return overrides
 
 
-SETTINGS_FLAGS = ("data", "skip_bad_lines", "steps", "epochs", "steps_per_epoch", "batch_tokens",
-                  "vocab_size", "mixed_precision", "jit", "grad_accum", "devices",
-                  "keep_checkpoints", "backup_every", "dev_sentences", "seed",
-                  "keep_initial_weights", "verbose")
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.recipe:
@@ -125,9 +123,10 @@ def main(argv=None) -> int:
     from tfformer import run
 
     try:
-        config = run.load_config(args.config, **parse_overrides(args.set))
-        settings = run.TrainSettings(**{name: getattr(args, name) for name in SETTINGS_FLAGS})
-        result = run.train(args.out, config, settings)
+        # Every training setting has its flag of the same name.
+        settings = run.TrainSettings(**{field.name: getattr(args, field.name)
+                                        for field in dataclasses.fields(run.TrainSettings)})
+        result = run.train(args.out, args.config, settings, parse_overrides(args.set))
     except (ValueError, FileNotFoundError, ImportError) as error:
         logger.error("%s", error)
         return 2
