@@ -183,7 +183,6 @@ def test_ten_kill_nines_lose_nothing_and_tear_nothing(tmp_path):
     result = subprocess.run(command, env=env(), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert start_steps == sorted(start_steps) and len(start_steps) >= 5, start_steps
-    assert torn_writes_survived >= 1  # some kill did land in a write
     model = keras.models.load_model(out / "model.keras")
     assert int(model.optimizer.iterations) == total
 
@@ -205,6 +204,8 @@ def test_ten_kill_nines_lose_nothing_and_tear_nothing(tmp_path):
     assert int(keras.models.load_model(out / "model.keras").optimizer.iterations) == total
     with open(out / "metrics.csv", newline="") as f:
         assert list(csv.DictReader(f)) == rows
+    # Some kill landed in the middle of a write (it left its .tmp- file), and nothing tore.
+    assert torn_writes_survived >= 1
 
 
 def test_resume_with_another_architecture_exits_2_naming_the_field(tmp_path):
