@@ -90,6 +90,23 @@ def test_cached_decoding_step_by_step_equals_full_forward_pass(tiny_config, norm
     np.testing.assert_allclose(np.concatenate([first, rest], axis=1), full, atol=1e-4)
 
 
+def test_reordered_cache_continues_each_row_it_took(tiny_config):
+    # Two copies of one sentence with different prefixes, as two beams: after reordering the
+    # cache to rows [1, 1], both rows continue prefix 1, as a full pass over it computes.
+    model = Transformer(tiny_config)
+    source, target = random_batch(tiny_config, seed=2)
+    target[:, :] = np.maximum(target, 4)
+    sources = np.repeat(source[:1], 2, axis=0)
+    prefixes = target[:2, :4]
+    memory, source_mask = model.encode(sources)
+    _, cache = model.decode(prefixes[:, :3], memory, source_mask, cache=model.init_cache(memory))
+    cache = model.reorder_cache(cache, tf.constant([1, 1]))
+    step, _ = model.decode(prefixes[[1, 1], 3:4], None, source_mask, cache=cache)
+    full = model((sources, prefixes[[1, 1]])).numpy()[:, 3]
+    np.testing.assert_allclose(step.numpy()[:, 0], full, atol=1e-4)
+    assert model.decoder.cached_length(cache) == 3
+
+
 @pytest.mark.parametrize("bad, message", [
     ((np.zeros((2, 3, 4), "int32"), np.zeros((2, 3), "int32")), "source_ids must be a rank-2"),
     ((np.zeros((2, 3), "int32"), np.zeros((2,), "int32")), "target_in_ids must be a rank-2"),

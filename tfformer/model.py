@@ -101,6 +101,10 @@ class Transformer(keras.Model):
             self.build()
         return self.decoder.init_cache(memory)
 
+    def reorder_cache(self, cache, rows: tf.Tensor):
+        """The decoder cache of the rows `rows` (see `Decoder.reorder_cache`)."""
+        return self.decoder.reorder_cache(cache, rows)
+
     def decode(self, target_ids, memory, source_mask, cache=None, training=None):
         """Decoder + pre-softmax projection.
 
@@ -124,7 +128,7 @@ class Transformer(keras.Model):
             self_mask = None  # one new position sees every cached one: nothing to mask
         else:
             new_length = tf.shape(target_ids)[1]
-            self_mask = causal_mask(new_length, tf.shape(cache[0]["self_keys"])[2] + new_length)
+            self_mask = causal_mask(new_length, self.decoder.cached_length(cache) + new_length)
         hidden, cache = self.decoder(embeddings, memory, self_mask, source_mask, cache=cache,
                                      training=training)
         return tf.cast(self.embedding.logits(hidden), tf.float32), cache

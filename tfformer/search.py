@@ -104,12 +104,10 @@ class _Decoder:
         return tf.nn.log_softmax(logits[:, -1, :]), state
 
     def reorder(self, state, rows: tf.Tensor):
-        """Keeps the cache rows `rows` (one per new beam). The cross-attention part is the same
-        for every beam of a sentence, so only the self-attention keys/values move."""
+        """Keeps the cache rows `rows` (one per new beam); the model knows the cache's layout."""
         if not self.use_cache:
             return state
-        return [{**layer, "self_keys": tf.gather(layer["self_keys"], rows),
-                 "self_values": tf.gather(layer["self_values"], rows)} for layer in state]
+        return self.model.reorder_cache(state, rows)
 
 
 def greedy_search(model, source_ids: tf.Tensor, max_output_extra: int = 50,

@@ -126,9 +126,22 @@ class Decoder(LayerStack):
         """The cache before the first decoding step, one dict per layer."""
         return [layer.init_cache(memory) for layer in self.stack]
 
+    @staticmethod
+    def cached_length(cache) -> tf.Tensor:
+        """How many target positions the cache holds."""
+        return tf.shape(cache[0]["self_keys"])[2]
+
+    @staticmethod
+    def reorder_cache(cache, rows: tf.Tensor):
+        """The cache of the rows `rows` (e.g. the beams kept by a search step). Rows are only
+        ever taken from the same sentence's beams, whose cross-attention part is identical, so
+        only the self-attention keys and values move."""
+        return [{**layer, "self_keys": tf.gather(layer["self_keys"], rows),
+                 "self_values": tf.gather(layer["self_values"], rows)} for layer in cache]
+
     def call(self, embeddings, memory=None, self_attention_mask=None, cross_attention_mask=None,
              cache=None, training=None):
-        start = 0 if cache is None else tf.shape(cache[0]["self_keys"])[2]
+        start = 0 if cache is None else self.cached_length(cache)
         x = self.embed(embeddings, start, training)
         new_cache = []
         for i, layer in enumerate(self.stack):
