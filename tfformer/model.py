@@ -7,6 +7,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from tfformer import compat
 from tfformer.config import TransformerConfig
 from tfformer.layers import Decoder, Encoder, SharedEmbedding, causal_mask, padding_mask
 from tfformer.special_tokens import PAD_ID
@@ -134,29 +135,13 @@ class Transformer(keras.Model):
         return tf.cast(self.embedding.logits(hidden), tf.float32), cache
 
     def train_step(self, data):
-        return self._reducible_logs(super().train_step(data))
+        return compat.reducible_logs(self.distribute_strategy, super().train_step(data))
 
     def test_step(self, data):
-        return self._reducible_logs(super().test_step(data))
-
-    def _reducible_logs(self, logs):
-        # Keras 3.15 reduces step outputs under MultiWorkerMirroredStrategy with
-        # strategy.reduce("MEAN", value, axis=0), which fails on scalars (tensorflow#72388):
-        # there, give each logged scalar an axis of one, which that reduce then averages away.
-        if isinstance(self.distribute_strategy, tf.distribute.MultiWorkerMirroredStrategy):
-            return {name: tf.reshape(value, [1]) for name, value in logs.items()}
-        return logs
+        return compat.reducible_logs(self.distribute_strategy, super().test_step(data))
 
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        # Under a tf.distribute strategy, Keras 3.15 reduces one distributed batch across the
-        # replicas just to learn its shapes and dtypes: MirroredStrategy's "MEAN" turns the
-        # int32 token ids into float32, and MultiWorkerMirroredStrategy's reduce fails on it.
-        # The Transformer's inputs are always int ids of [batch, length], so build from that.
-        if self._distribute_strategy is None:
-            return
-        ids = keras.KerasTensor((None, None), "int32")
-        with self.distribute_strategy.scope():
-            self._symbolic_build(data_batch=((ids, ids), ids))
+        compat.build_from_int_ids(self)  # Keras' own reduces a batch of ids to floats
 
     def get_config(self):
         return {**super().get_config(), "config": self.transformer_config.to_dict()}

@@ -30,15 +30,14 @@ class TransformerLayerBase(keras.layers.Layer):
         self.dropout, self.attention_dropout = dropout, attention_dropout
         self.norm, self.epsilon = norm, epsilon
 
-    def layer_arguments(self) -> tuple:
-        return (self.d_model, self.num_heads, self.d_ff, self.dropout, self.attention_dropout,
-                self.norm, self.epsilon)
+    def layer_arguments(self) -> dict:
+        """The keyword arguments every encoder / decoder layer of this width takes."""
+        return {"d_model": self.d_model, "num_heads": self.num_heads, "d_ff": self.d_ff,
+                "dropout": self.dropout, "attention_dropout": self.attention_dropout,
+                "norm": self.norm, "epsilon": self.epsilon}
 
     def get_config(self):
-        return {**super().get_config(), "d_model": self.d_model, "num_heads": self.num_heads,
-                "d_ff": self.d_ff, "dropout": self.dropout,
-                "attention_dropout": self.attention_dropout, "norm": self.norm,
-                "epsilon": self.epsilon}
+        return {**super().get_config(), **self.layer_arguments()}
 
 
 class LayerStack(TransformerLayerBase):
@@ -65,7 +64,7 @@ class LayerStack(TransformerLayerBase):
                           if positional == "learned" else
                           SinusoidalPositionalEncoding(name="positions"))
         self.embedding_dropout = keras.layers.Dropout(dropout)
-        self.stack = [self.layer_class(*self.layer_arguments(), name=f"layer_{i}")
+        self.stack = [self.layer_class(**self.layer_arguments(), name=f"layer_{i}")
                       for i in range(num_layers)]
         # Pre-norm leaves the residual stream unnormalised: one last LayerNorm closes the stack.
         self.final_norm = keras.layers.LayerNormalization(epsilon=epsilon, name="final_norm") \

@@ -1,0 +1,50 @@
+"""Each workaround in tfformer.compat, and a check that fails when Keras changes what it works
+around (then the workaround can go, or must change)."""
+
+import inspect
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from keras.src.backend.tensorflow import trainer as tf_trainer
+
+from tfformer import Transformer, TransformerConfig, compat, compile_transformer
+
+
+def test_keras_still_calls_the_symbolic_build_hook_we_override():
+    assert list(inspect.signature(keras.Model._maybe_symbolic_build).parameters) == [
+        "self", "iterator", "data_batch"]
+    source = inspect.getsource(tf_trainer.TensorFlowTrainer._maybe_symbolic_build)
+    assert '"MEAN"' in source  # reduces a distributed batch of ids to learn its shapes
+    assert "self._maybe_symbolic_build(iterator=epoch_iterator)" in inspect.getsource(
+        tf_trainer.TensorFlowTrainer.fit)
+
+
+def test_keras_still_reduces_multi_worker_step_outputs_along_axis_0():
+    source = inspect.getsource(tf_trainer.reduce_per_replica)
+    assert 'strategy.reduce("MEAN", v, axis=0)' in source
+
+
+def test_build_from_int_ids_builds_under_a_strategy_without_data():
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    with strategy.scope():
+        model = Transformer(TransformerConfig(vocab_size=20, d_model=8, num_heads=2, d_ff=8,
+                                              num_encoder_layers=1, num_decoder_layers=1))
+        compile_transformer(model)
+    compat.build_from_int_ids(model)
+    assert model.built and model.optimizer.built
+    x = np.full((2, 3), 5, np.int32)
+    history = model.fit(tf.data.Dataset.from_tensors(((x, x), x)), verbose=0, shuffle=False)
+    assert np.isfinite(history.history["loss"][0])
+
+
+@pytest.mark.parametrize("multi_worker", [False, True])
+def test_reducible_logs_adds_an_axis_only_for_multi_worker(multi_worker):
+    class Fake(tf.distribute.MultiWorkerMirroredStrategy):
+        def __init__(self):  # no cluster needed to test the dispatch
+            pass
+
+    strategy = Fake() if multi_worker else tf.distribute.get_strategy()
+    logs = compat.reducible_logs(strategy, {"loss": tf.constant(2.0)})
+    assert logs["loss"].shape == ((1,) if multi_worker else ())
