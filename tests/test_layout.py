@@ -9,7 +9,8 @@ import zipfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "tfformer")
 # What a program may use but training code may not: the export and everything serving.
-SERVING_SIDE = ("tfformer.export", "tfformer.serving", "tfformer.run", "tfformer.cli")
+SERVING_SIDE = ("tfformer.export", "tfformer.serving", "tfformer.run", "tfformer.cli",
+                "tfformer.evaluate")
 
 
 def modules():
@@ -50,7 +51,7 @@ def test_a_wheel_installs_one_import_name(tmp_path):
     assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {
         "tfformer"}
     assert "tfformer/serving_ops.txt" in names
-    for script in ("train", "average", "export", "serve", "translate"):
+    for script in ("train", "average", "export", "evaluate", "serve", "translate"):
         assert f"tfformer-{script} = tfformer.cli.{script}:main" in entry_points.decode()
 
 

@@ -1,0 +1,108 @@
+"""tfformer-evaluate: scores against sacreBLEU's fixed points, input order, a run dir and its
+SavedModel scoring alike, bad test files named."""
+
+import json
+import os
+
+import keras
+import pytest
+
+from tfformer import Transformer, TransformerConfig
+from tfformer.builtin_corpus import builtin_pairs
+from tfformer.cli.evaluate import main as evaluate_main
+from tfformer.data import DataError
+from tfformer.evaluate import read_test_set, score, translate_in_length_order
+from tfformer.export import export_saved_model
+from tfformer.tokenizer import Tokenizer
+from tfformer.translator import load_translator
+
+REFERENCES = ["The three red dogs eat green apples.", "A sister visits the blue bridge.",
+              "There are two elephants under our lamp."]
+
+
+def test_a_perfect_hypothesis_scores_100_and_an_empty_one_0():
+    perfect = score(REFERENCES, REFERENCES)
+    assert perfect.bleu == pytest.approx(100) and perfect.chrf == pytest.approx(100)
+    assert perfect.bleu_signature.startswith("nrefs:1|") and "tok:13a" in perfect.bleu_signature
+    empty = score([""] * 3, REFERENCES)
+    assert empty.bleu == 0 and empty.chrf == 0
+    partly = score(["The three red dogs eat apples.", "", ""], REFERENCES)
+    assert 0 < partly.bleu < 100
+    with pytest.raises(ValueError, match="2 hypotheses for 3 references"):
+        score(REFERENCES[:2], REFERENCES)
+
+
+def test_length_ordered_batches_come_back_in_input_order():
+    sources = ["a b c d e", "a", "a b c", "", "a b", "a b c d e f g"]
+    batches = []
+
+    def translate(batch):
+        batches.append(list(batch))
+        return [s.upper() for s in batch]
+
+    done = []
+    got = translate_in_length_order(translate, sources, batch_size=4, progress=done.append)
+    assert got == [s.upper() for s in sources]
+    assert batches == [["", "a", "a b", "a b c"], ["a b c d e", "a b c d e f g"]]
+    assert done == [4, 6]
+
+
+def test_a_malformed_test_line_is_named(tmp_path):
+    bad = tmp_path / "test.tsv"
+    bad.write_text("hola\thello\nsin tabulador\n")
+    with pytest.raises(DataError, match="test.tsv:2"):
+        read_test_set(str(bad))
+    (tmp_path / "src.txt").write_text("uno\ndos\n")
+    (tmp_path / "ref.txt").write_text("one\n")
+    with pytest.raises(DataError, match="ref.txt: 1 lines, but .*src.txt has 2"):
+        read_test_set(None, str(tmp_path / "src.txt"), str(tmp_path / "ref.txt"))
+    assert evaluate_main(["nowhere", "--data", str(bad)]) == 2
+
+
+@pytest.fixture(scope="module")
+def run_and_export(tmp_path_factory):
+    keras.utils.set_random_seed(5)  # before the tokenizer's tf-text resource exists
+    run = tmp_path_factory.mktemp("run")
+    pairs = builtin_pairs("train", n=800)
+    tokenizer = Tokenizer.train([s for p in pairs for s in p], 200)
+    tokenizer.save(run / "tokenizer.model")
+    model = Transformer(TransformerConfig(vocab_size=tokenizer.vocab_size, d_model=16,
+                                          num_heads=2, d_ff=32, num_encoder_layers=1,
+                                          num_decoder_layers=1))
+    model.build()
+    model.save(run / "model.keras")
+    models = tmp_path_factory.mktemp("models")
+    export_saved_model(load_translator(run, beam_size=2, max_output_extra=6), models,
+                       "tfformer", 1)
+    test = tmp_path_factory.mktemp("test") / "test.tsv"
+    test.write_text("".join(f"{s}\t{t}\n" for s, t in builtin_pairs("dev", n=12)))
+    return run, models / "tfformer", test
+
+
+def test_a_run_dir_and_its_saved_model_score_alike_and_keep_order(run_and_export, tmp_path,
+                                                                  capsys):
+    run, saved_model, test = run_and_export
+    assert evaluate_main([str(run), "--data", str(test), "--beam-size", "2",
+                          "--max-output-extra", "6", "--batch-size", "5",
+                          "--out", str(tmp_path / "run")]) == 0
+    assert evaluate_main([str(saved_model), "--data", str(test), "--batch-size", "3",
+                          "--out", str(tmp_path / "export")]) == 0
+    reports = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert reports[0]["bleu"] == reports[1]["bleu"] and reports[0]["chrf"] == reports[1]["chrf"]
+    assert reports[0]["search"]["beam_size"] == 2 and reports[1]["kind"] == "saved_model"
+    from_run = (tmp_path / "run" / "hypotheses.txt").read_text().splitlines()
+    assert from_run == (tmp_path / "export" / "hypotheses.txt").read_text().splitlines()
+    # In input order: each line is what translating its source alone gives.
+    translator = load_translator(run, beam_size=2, max_output_extra=6)
+    sources = [line.split("\t")[0] for line in test.read_text().splitlines()]
+    assert len(from_run) == len(sources) == 12
+    for index in (0, 5, 11):
+        assert from_run[index] == translator.translate_texts([sources[index]])[0][0]
+    saved = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert saved["bleu"] == reports[0]["bleu"] and saved["sentences"] == 12
+    assert os.path.basename(saved["test_set"]) == "test.tsv"
+
+
+def test_saved_model_refuses_search_flags(run_and_export):
+    _, saved_model, test = run_and_export
+    assert evaluate_main([str(saved_model), "--data", str(test), "--beam-size", "4"]) == 2

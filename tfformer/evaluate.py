@@ -1,0 +1,138 @@
+"""Scoring a model on a test set: sacreBLEU BLEU and chrF on detokenized text (`tfformer-evaluate`).
+
+The model is a run directory (its model.keras, one checkpoint, or the average of the last K
+checkpoints, §6.1) searched with the given beam and alpha, or an exported SavedModel (searched as
+it was exported). Sentences are translated in batches of similar length, and the hypotheses are
+put back in input order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Callable, Sequence
+
+import sacrebleu
+
+from tfformer.data import DataError, read_tsv
+
+TranslateBatch = Callable[[list[str]], list[str]]
+
+
+@dataclasses.dataclass
+class Scores:
+    """Corpus-level scores with the sacreBLEU signatures that make them reproducible."""
+
+    bleu: float
+    chrf: float
+    bleu_signature: str
+    chrf_signature: str
+    sentences: int
+
+
+def score(hypotheses: Sequence[str], references: Sequence[str]) -> Scores:
+    """sacreBLEU's corpus BLEU (13a tokenization) and chrF of detokenized hypotheses."""
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
+    bleu, chrf = sacrebleu.BLEU(), sacrebleu.CHRF()
+    bleu_score = bleu.corpus_score(list(hypotheses), [list(references)])
+    chrf_score = chrf.corpus_score(list(hypotheses), [list(references)])
+    return Scores(bleu_score.score, chrf_score.score, str(bleu.get_signature()),
+                  str(chrf.get_signature()), len(references))
+
+
+def translate_in_length_order(translate: TranslateBatch, sources: Sequence[str],
+                              batch_size: int = 32,
+                              progress: Callable[[int], None] | None = None) -> list[str]:
+    """Translates `sources` in batches of similar length (less padding, shorter searches) and
+    returns the hypotheses in the order of `sources`; `progress(n)` is called after each batch
+    with the number of sentences done."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    order = sorted(range(len(sources)), key=lambda i: (len(sources[i]), i))
+    hypotheses: list[str | None] = [None] * len(sources)
+    for start in range(0, len(order), batch_size):
+        rows = order[start:start + batch_size]
+        translated = translate([sources[i] for i in rows])
+        if len(translated) != len(rows):
+            raise RuntimeError(f"{len(translated)} translations for {len(rows)} sentences")
+        for row, hypothesis in zip(rows, translated):
+            hypotheses[row] = hypothesis
+        if progress:
+            progress(start + len(rows))
+    return hypotheses  # type: ignore[return-value]
+
+
+def read_test_set(tsv: str | None = None, source_file: str | None = None,
+                  reference_file: str | None = None) -> tuple[list[str], list[str], str]:
+    """(sources, references, description) from a TSV file or from a source and a reference
+    file (one sentence per line). A malformed TSV line is an error naming file and line."""
+    if tsv and (source_file or reference_file):
+        raise ValueError("give a TSV file or source and reference files, not both")
+    if tsv:
+        text = read_tsv(tsv)
+        return [s for s, _ in text.pairs], [t for _, t in text.pairs], tsv
+    if not (source_file and reference_file):
+        raise ValueError("give a TSV file, or both a source and a reference file")
+    sides = []
+    for path in (source_file, reference_file):
+        with open(path, encoding="utf-8") as f:
+            try:
+                sides.append([line.rstrip("\r\n") for line in f])
+            except UnicodeDecodeError as error:
+                raise DataError(path, None, f"not valid UTF-8 ({error.reason})") from None
+    if len(sides[0]) != len(sides[1]):
+        raise DataError(reference_file, None, f"{len(sides[1])} lines, but {source_file} has "
+                                              f"{len(sides[0])}")
+    return sides[0], sides[1], f"{source_file} + {reference_file}"
+
+
+def is_saved_model(path: str) -> bool:
+    """A SavedModel version directory, or a model base path holding versions."""
+    from tfformer.contract import has_saved_model, list_versions
+
+    return has_saved_model(path) or bool(list_versions(path))
+
+
+def load_translate_batch(path: str, *, checkpoint: str | None = None,
+                         average: int | None = None, beam_size: int | None = None,
+                         length_penalty: float | None = None,
+                         max_output_extra: int | None = None) -> tuple[TranslateBatch, dict]:
+    """A function translating a batch of sentences with the model at `path`, and a description
+    of the model and search for the report."""
+    search = {"beam_size": beam_size, "length_penalty": length_penalty,
+              "max_output_extra": max_output_extra}
+    if is_saved_model(path):
+        if checkpoint or average or any(v is not None for v in search.values()):
+            raise ValueError(f"{path} is an exported SavedModel: its weights and search are "
+                             "fixed at export (no --checkpoint, --average, --beam-size, ...)")
+        from tfformer.serving.client import load_saved_model, translate_saved_model
+
+        saved_model = load_saved_model(path)
+        return (lambda batch: [t.text for t in translate_saved_model(batch, saved_model)],
+                {"model": path, "kind": "saved_model", "search": "as exported"})
+    if checkpoint and average:
+        raise ValueError("give --checkpoint or --average, not both")
+    from tfformer.callbacks import average_checkpoints, list_checkpoints
+    from tfformer.run_dir import RunDir
+    from tfformer.translator import load_translator
+
+    translator = load_translator(path, **{k: v for k, v in search.items() if v is not None})
+    weights = "model.keras"
+    if checkpoint:
+        if not os.path.exists(checkpoint):
+            raise FileNotFoundError(f"checkpoint {checkpoint} not found")
+        translator.model.load_weights(checkpoint)
+        weights = checkpoint
+    elif average:
+        paths = list_checkpoints(RunDir(path).checkpoints)[-average:]
+        if not paths:
+            raise FileNotFoundError(f"{RunDir(path).checkpoints} holds no checkpoint")
+        average_checkpoints(translator.model, paths)
+        weights = f"average of {', '.join(os.path.basename(p) for p in paths)}"
+
+    def translate(batch: list[str]) -> list[str]:
+        return [text for text, _ in translator.translate_texts(batch)]
+
+    return translate, {"model": path, "kind": "run_dir", "weights": weights,
+                       "search": dataclasses.asdict(translator.decoding)}
