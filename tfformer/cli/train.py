@@ -19,7 +19,7 @@ import logging
 import os
 import sys
 
-logger = logging.getLogger("tfformer.train")
+logger = logging.getLogger("tfformer.cli.train")
 
 DEFAULT_OUT = os.path.join("runs", "tiny-builtin")
 
@@ -85,17 +85,14 @@ def parse_args(argv=None, recipe: str | None = None) -> argparse.Namespace:
         parser.set_defaults(config=loaded.config, **dataclasses.asdict(loaded.train),
                             set=[f"{k}={json.dumps(v)}" for k, v in loaded.overrides.items()])
     args = parser.parse_args(argv)
-    for name in ("steps", "epochs", "steps_per_epoch", "batch_tokens", "vocab_size",
-                 "grad_accum", "devices", "keep_checkpoints", "backup_every"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {value}")
-    if args.dev_sentences < 0:
-        parser.error("--dev-sentences must be >= 0")
-    if args.steps and args.epochs:
-        parser.error("give --steps or --epochs, not both")
-    if not args.steps and not args.epochs:
-        args.steps = 400
+    from tfformer.run import TrainSettings
+
+    try:
+        # Every training setting has its flag of the same name; TrainSettings checks them.
+        args.settings = TrainSettings(**{field.name: getattr(args, field.name)
+                                         for field in dataclasses.fields(TrainSettings)})
+    except ValueError as error:
+        parser.error(str(error))
     return args
 
 
@@ -123,10 +120,7 @@ def main(argv=None) -> int:
     from tfformer import run
 
     try:
-        # Every training setting has its flag of the same name.
-        settings = run.TrainSettings(**{field.name: getattr(args, field.name)
-                                        for field in dataclasses.fields(run.TrainSettings)})
-        result = run.train(args.out, args.config, settings, parse_overrides(args.set))
+        result = run.train(args.out, args.config, args.settings, parse_overrides(args.set))
     except (ValueError, FileNotFoundError, ImportError) as error:
         logger.error("%s", error)
         return 2
