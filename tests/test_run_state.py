@@ -201,3 +201,20 @@ def test_a_run_dir_written_before_the_config_split_loads_and_resumes(tmp_path):
     assert len(translator.translate_texts(["hola"])) == 1
     result = run.train(old, "tiny", small_settings(steps=6), SMALL_ARCHITECTURE)
     assert [(r["epoch"], r["step"]) for r in result.history] == [(1, 2), (2, 4), (3, 6)]
+
+
+def test_a_backup_of_another_format_is_refused_not_overwritten(tmp_path):
+    (tmp_path / "backup").mkdir()
+    (tmp_path / "backup" / "training_metadata.json").write_text('{"epoch": 1, "batch": 4}')
+    (tmp_path / "metrics.csv").write_text("epoch,loss\n0,2.5\n")
+    with pytest.raises(ValueError, match="without state.json"):
+        RunState(str(tmp_path), backup_every=1)
+    assert (tmp_path / "metrics.csv").read_text() == "epoch,loss\n0,2.5\n"
+
+
+def test_weights_renamed_into_place_before_the_first_state_json_are_not_a_backup(tmp_path):
+    # A kill between the first weights file's rename and state.json: nothing was committed.
+    (tmp_path / "backup").mkdir()
+    (tmp_path / "backup" / "step-000000001.weights.h5").write_bytes(b"uncommitted")
+    state = RunState(str(tmp_path), backup_every=1)
+    assert state.step == 0 and os.listdir(tmp_path / "backup") == []

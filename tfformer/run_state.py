@@ -108,6 +108,16 @@ class RunState(keras.callbacks.Callback):
     def _read_state(self) -> dict:
         path = os.path.join(self.backup_dir, STATE_FILENAME)
         if not os.path.exists(path):
+            # A weights file whose state.json a kill prevented is uncommitted: not a backup.
+            for orphan in glob.glob(os.path.join(self.backup_dir, "step-*.weights.h5")):
+                os.remove(orphan)
+            if os.path.isdir(self.backup_dir) and os.listdir(self.backup_dir):
+                # e.g. Keras BackupAndRestore's files, written by tfformer before RunState:
+                # starting over would rewrite metrics.csv from an empty history.
+                raise ValueError(
+                    f"{self.backup_dir} holds a backup without {STATE_FILENAME} (written by an "
+                    "earlier tfformer?) that this version cannot resume; finish the run with "
+                    "that version, or move backup/ and metrics.csv away to start from step 0")
             return {"step": 0, "weights": None, "history": []}
         with open(path, encoding="utf-8") as f:
             state = json.load(f)
