@@ -23,12 +23,11 @@ import keras
 import tensorflow as tf
 
 from tfformer.files import atomic_write, atomic_write_text, remove_temporaries
+from tfformer.run_dir import RunDir
 
 logger = logging.getLogger(__name__)
 
-STATE_FILENAME = "state.json"
-METRICS_FILENAME = "metrics.csv"
-INITIAL_WEIGHTS_FILENAME = "initial.weights.h5"
+STATE_FILENAME = "state.json"  # inside the run's backup/ (see tfformer.run_dir)
 
 
 def optimizer_step(model: keras.Model) -> int:
@@ -80,9 +79,9 @@ class RunState(keras.callbacks.Callback):
         super().__init__()
         if backup_every < 1:
             raise ValueError(f"backup_every must be >= 1, got {backup_every}")
-        self.run_dir = run_dir
-        self.backup_dir = os.path.join(run_dir, "backup")
-        self.logs_dir = os.path.join(run_dir, "logs")
+        self.run = RunDir(run_dir)
+        self.backup_dir = self.run.backup
+        self.logs_dir = self.run.logs
         self.backup_every = backup_every
         self.keep_initial_weights = keep_initial_weights
         for directory in (run_dir, self.backup_dir):
@@ -159,8 +158,7 @@ class RunState(keras.callbacks.Callback):
     def publish(self) -> None:
         """Rewrites metrics.csv from the committed history and adds to TensorBoard the rows it
         lacks (a kill can fall between the commit and these writes)."""
-        atomic_write_text(os.path.join(self.run_dir, METRICS_FILENAME),
-                          history_csv(self.history))
+        atomic_write_text(self.run.metrics, history_csv(self.history))
         if self._logged is None:
             self._logged = {split: logged_tensorboard_steps(os.path.join(self.logs_dir, split))
                             for split in ("train", "validation")}
@@ -195,8 +193,7 @@ class RunState(keras.callbacks.Callback):
         step = optimizer_step(self.model)
         self._last_backup_step = step
         if self.keep_initial_weights and step == 0 and self.state["weights"] is None:
-            atomic_write(os.path.join(self.run_dir, INITIAL_WEIGHTS_FILENAME),
-                         self.model.save_weights)
+            atomic_write(self.run.initial_weights, self.model.save_weights)
 
     def on_train_batch_end(self, batch, logs=None):
         if batch + 1 == self.params.get("steps"):

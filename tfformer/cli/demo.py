@@ -14,9 +14,12 @@ import json
 import os
 import sys
 
-RUN_DIR = os.path.join("runs", "tiny-builtin")
+from tfformer.cli.train import DEFAULT_OUT
+from tfformer.contract import DEFAULT_MODEL_NAME
+
+RUN_DIR = DEFAULT_OUT  # where tfformer-train with no arguments trains
 MODEL_BASE_PATH = "models"
-MODEL_NAME = "tfformer"
+MODEL_NAME = DEFAULT_MODEL_NAME
 SENTENCES = [
     "Los tres perros rojos comen manzanas verdes.",
     "Mi hermana no visita el puente azul los lunes.",
