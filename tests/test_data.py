@@ -5,7 +5,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import types
 
 import numpy as np
 import pytest
@@ -14,16 +13,8 @@ import tensorflow as tf
 import tfformer
 from tfformer import builtin_corpus as bc
 from tfformer.builtin_corpus import NounPhrase, Sentence, builtin_pairs, render
-from tfformer.data import (
-    DataError,
-    ParallelText,
-    hold_out,
-    load_data,
-    make_dataset,
-    make_eval_dataset,
-    read_tfds,
-    read_tsv,
-)
+from tfformer.corpus import Counters
+from tfformer.data import make_dataset, make_eval_dataset, make_stream
 from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from tfformer.tokenizer import Tokenizer
 
@@ -94,129 +85,6 @@ def test_numbers():
         "nine hundred ninety-nine")
     with pytest.raises(ValueError):
         bc.number_to_spanish(1000)
-
-
-# ---------------------------------------------------------------------------------------------
-# TSV reader and --data specs
-# ---------------------------------------------------------------------------------------------
-
-
-def _write(tmp_path, name, data: bytes):
-    path = tmp_path / name
-    path.write_bytes(data)
-    return str(path)
-
-
-def test_read_tsv_good_file(tmp_path):
-    path = _write(tmp_path, "train.tsv",
-                  "\ufeffHola mundo\tHello world\r\n  ¿Qué tal? \t How are you?\n".encode())
-    text = read_tsv(path)
-    assert text.pairs == [("Hola mundo", "Hello world"), ("¿Qué tal?", "How are you?")]
-    assert text.skipped == [] and text.path == path
-
-
-BAD_LINES = [
-    (b"a\tb\nno tab here\nc\td\n", 2, "no TAB separator"),
-    (b"a\tb\nc\td\ne\tf\tg\n", 3, "2 TAB separators"),
-    (b"a\tb\n \tonly target\n", 2, "empty source side"),
-    (b"only source\t  \n", 1, "empty target side"),
-    (b"a\tb\nc\td\n\xff\xfe\tx\n", 3, "invalid UTF-8"),
-    (b"a\tb\n\nc\td\n", 2, "empty line"),
-]
-
-
-@pytest.mark.parametrize("data,line,reason", BAD_LINES)
-def test_read_tsv_bad_line_names_file_and_line(tmp_path, data, line, reason):
-    path = _write(tmp_path, "train.tsv", data)
-    with pytest.raises(DataError) as error:
-        read_tsv(path)
-    assert isinstance(error.value, ValueError)
-    assert str(error.value).startswith(f"{path}:{line}: ")
-    assert reason in str(error.value)
-    assert error.value.line == line and error.value.path == path
-
-
-def test_read_tsv_skip_bad_lines_counts_them(tmp_path):
-    data = b"a\tb\nno tab\nc\td\n\t\n\xffx\ty\ne\tf\tg\nh\ti\n"
-    text = read_tsv(_write(tmp_path, "mixed.tsv", data), skip_bad_lines=True)
-    assert text.pairs == [("a", "b"), ("c", "d"), ("h", "i")]
-    assert [n for n, _ in text.skipped] == [2, 4, 5, 6]
-    assert text.num_skipped == 4
-    assert "no TAB" in text.skipped[0][1] and "UTF-8" in text.skipped[2][1]
-
-
-@pytest.mark.parametrize("data", [b"", b"\n", b"  \n\n"])
-def test_read_tsv_empty_file_is_always_an_error(tmp_path, data):
-    path = _write(tmp_path, "empty.tsv", data)
-    for skip in (False, True):
-        with pytest.raises(DataError, match="empty file") as error:
-            read_tsv(path, skip_bad_lines=skip)
-        assert path in str(error.value)
-
-
-def test_read_tsv_all_lines_bad_is_an_error_even_when_skipping(tmp_path):
-    path = _write(tmp_path, "bad.tsv", b"no tab\nnone here either\n")
-    with pytest.raises(DataError, match=r"no valid line \(2 bad lines skipped\)"):
-        read_tsv(path, skip_bad_lines=True)
-
-
-def test_load_data_tsv_holds_out_a_deterministic_dev_slice(tmp_path):
-    lines = [f"fuente {i}\ttarget {i}" for i in range(250)]
-    path = _write(tmp_path, "train.tsv", ("\n".join(lines) + "\n").encode())
-    splits = load_data(f"tsv:{path}", seed=5)
-    assert splits.dev_held_out and len(splits.dev) == 2  # round(1% of 250)
-    everything = sorted(splits.train.pairs + splits.dev.pairs)
-    assert everything == sorted(read_tsv(path).pairs)
-    assert not set(splits.train.pairs) & set(splits.dev.pairs)
-    assert load_data(f"tsv:{path}", seed=5).dev.pairs == splits.dev.pairs
-    assert any("held out" in note for note in splits.notes)
-    # At most 1000 pairs are held out.
-    big, dev = hold_out(ParallelText([(str(i), str(i)) for i in range(200_000)], "x"))
-    assert len(dev) == 1000 and len(big) == 199_000
-
-
-def test_load_data_tsv_with_dev_and_skipped_lines(tmp_path):
-    train = _write(tmp_path, "train.tsv", b"a\tb\nbad\nc\td\n")
-    dev = _write(tmp_path, "dev.tsv", b"e\tf\n")
-    splits = load_data(f"tsv:{train},{dev}", skip_bad_lines=True)
-    assert splits.train.pairs == [("a", "b"), ("c", "d")] and splits.dev.pairs == [("e", "f")]
-    assert not splits.dev_held_out
-    assert any("skipped 1 bad lines" in note and "line 2" in note for note in splits.notes)
-    with pytest.raises(DataError, match=":2: no TAB"):
-        load_data(f"tsv:{train},{dev}")
-
-
-def test_load_data_builtin_and_bad_specs():
-    splits = load_data("builtin:40")
-    assert len(splits.train) == 40 and len(splits.dev) == 500
-    assert splits.train.pairs == builtin_pairs("train", 40)
-    for spec in ("", "csv:x", "tsv:", "tsv:a,b,c", "tfds:", "builtin:zero", "builtin:0"):
-        with pytest.raises(ValueError):
-            load_data(spec)
-
-
-def test_tfds_missing_gives_install_hint(monkeypatch):
-    monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)  # makes the import fail
-    with pytest.raises(ImportError, match="pip install tensorflow-datasets"):
-        load_data("tfds:ted_hrlr_translate/pt_to_en")
-
-
-def test_read_tfds_decodes_supervised_pairs(monkeypatch):
-    examples = [(b"ol\xc3\xa1", b"hello"), (b"  ", b"empty source"), (b"tchau", b"bye")]
-    calls = []
-
-    def load(name, split, as_supervised, data_dir=None):
-        calls.append((name, split, as_supervised))
-        return examples
-
-    fake = types.SimpleNamespace(load=load, as_numpy=lambda dataset: iter(dataset))
-    monkeypatch.setitem(sys.modules, "tensorflow_datasets", fake)
-    text = read_tfds("ted_hrlr_translate/pt_to_en", "validation", skip_bad_lines=True)
-    assert calls == [("ted_hrlr_translate/pt_to_en", "validation", True)]
-    assert text.pairs == [("olá", "hello"), ("tchau", "bye")]
-    assert text.skipped == [(2, "empty source side")]
-    with pytest.raises(DataError, match=r"tfds:ted_hrlr_translate/pt_to_en\[train\]:2: empty"):
-        read_tfds("ted_hrlr_translate/pt_to_en")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -304,6 +172,24 @@ def test_overlength_pairs_are_dropped_and_counted_exactly(tokenizer, pairs):
     assert all(len(s) <= max_length and len(to) <= max_length for s, _, to in rows)
 
 
+def test_stream_batches_every_pair_once_and_counts_the_dropped_ones(tokenizer, pairs):
+    lengths = [len(t) + 1 for t in tokenizer.tokenize(tf.constant([s for s, _ in pairs])).to_list()]
+    max_length = int(np.median(lengths))
+    counters = Counters()
+    strings = tf.data.Dataset.from_tensor_slices(([s for s, _ in pairs], [t for _, t in pairs]))
+    dataset = make_stream(strings, tokenizer, batch_tokens=512, max_length=max_length,
+                          counters=counters, seed=2, shuffle_buffer_size=64)
+    rows, pad_rows, _ = _rows(dataset, 512)
+    expected, dropped = _expected_rows(pairs, tokenizer, max_length)
+    assert collections.Counter(rows) == collections.Counter(expected) and pad_rows == 0
+    assert counters.read() == {"dropped": dropped, "skipped": 0} and dropped > len(pairs) // 4
+    # Counted as they go by: a second pass counts them again.
+    _rows(dataset, 512)
+    assert counters.read()["dropped"] == 2 * dropped
+    with pytest.raises(ValueError, match="batch_tokens"):
+        make_stream(strings, tokenizer, batch_tokens=30, max_length=40)
+
+
 def test_shuffle_is_seeded_and_eval_is_deterministic(tokenizer, pairs):
     def first_batches(**kwargs):
         dataset, _ = make_dataset(pairs, tokenizer, batch_tokens=300, max_length=40, **kwargs)
@@ -354,7 +240,8 @@ def test_pipeline_works_with_fit_under_mirrored_strategy(tmp_path):
         import keras
         keras.utils.set_random_seed(0)  # before the tokenizer exists (tf-text resource)
         from tfformer.builtin_corpus import builtin_pairs
-        from tfformer.data import make_dataset, make_eval_dataset
+        from tfformer.corpus import Counters
+from tfformer.data import make_dataset, make_eval_dataset, make_stream
         from tfformer.tokenizer import Tokenizer
         pairs = builtin_pairs("train", 400)
         tok = Tokenizer.train([s for p in pairs for s in p], 200)

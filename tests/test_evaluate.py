@@ -10,7 +10,7 @@ import pytest
 from tfformer import Transformer, TransformerConfig
 from tfformer.builtin_corpus import builtin_pairs
 from tfformer.cli.evaluate import main as evaluate_main
-from tfformer.data import DataError
+from tfformer.corpus import DataError
 from tfformer.evaluate import read_test_set, score, translate_in_length_order
 from tfformer.export import export_saved_model
 from tfformer.tokenizer import Tokenizer

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import types
 
 import keras
 import numpy as np
@@ -66,13 +67,21 @@ def free_port():
 def test_two_workers_on_localhost_train_and_agree_on_weights(tmp_path):
     workers = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
     out = tmp_path / "run"
+    # Two training files: each worker streams its own (sharding by file).
+    from tfformer.builtin_corpus import builtin_pairs
+
+    pairs = builtin_pairs("train", 2000)
+    for name, part in (("a.tsv", pairs[:1000]), ("b.tsv", pairs[1000:])):
+        (tmp_path / name).write_text("".join(f"{s}\t{t}\n" for s, t in part))
+    (tmp_path / "dev.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in builtin_pairs("dev", 20)))
+    data = f"tsv:{tmp_path}/a.tsv+{tmp_path}/b.tsv,{tmp_path}/dev.tsv"
     processes = []
     for index in range(2):
         tf_config = json.dumps({"cluster": {"worker": workers},
                                 "task": {"type": "worker", "index": index}})
         processes.append(subprocess.Popen(
             train_command(out, "--steps", "4", "--steps-per-epoch", "2", "--warmup-steps",
-                          "4", "--keep-initial-weights"),
+                          "4", "--keep-initial-weights", "--data", data),
             env=env(TF_CONFIG=tf_config), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True))
     try:
@@ -85,6 +94,8 @@ def test_two_workers_on_localhost_train_and_agree_on_weights(tmp_path):
     for index, (process, (_, stderr)) in enumerate(zip(processes, outputs)):
         assert process.returncode == 0, f"worker {index}:\n{stderr[-3000:]}"
     assert "MultiWorkerMirroredStrategy" in outputs[0][1]
+    for index, (_, stderr) in enumerate(outputs):
+        assert f"worker {index} reads shard {index} of 2 (by file)" in stderr
     chief = keras.models.load_model(out / "model.keras")
     other = keras.models.load_model(out / "worker-1" / "model.keras")
     assert int(chief.optimizer.iterations) == int(other.optimizer.iterations) == 4
@@ -277,6 +288,83 @@ def test_skip_bad_lines_counts_what_it_skipped(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "2 bad line(s) skipped" in result.stderr
     assert "bad.tsv:61" in result.stderr and "bad.tsv:62" in result.stderr
+
+
+def test_epochs_count_the_data_once_per_run_and_the_count_is_cached(tmp_path):
+    train = tmp_path / "train.tsv.gz"
+    import gzip
+
+    with gzip.open(train, "wt", encoding="utf-8") as f:
+        f.writelines(f"uno dos tres {i}\tone two three {i}\n" for i in range(400))
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "tfformer.cli.train", "--data", f"tsv:{train}", "--out",
+               str(out), *SMALL, "--steps-per-epoch", "2"]
+    first = subprocess.run([*command, "--epochs", "1"], capture_output=True, text=True,
+                           timeout=300, env=env())
+    assert first.returncode == 0, first.stderr[-3000:]
+    stats = json.loads((out / "data.json").read_text())
+    (per_pass,) = stats["batches_per_pass"].values()
+    # Independent count: 396 pairs of at most 512 // 8 rows... the pipeline's batches, counted
+    # by iterating it; here only that the run took exactly epochs * per_pass updates.
+    assert f"one pass is {per_pass} batches" in first.stderr
+    assert stats["pairs"] + stats["held_out"] == 400 and stats["held_out"] == 4
+    assert len((out / "dev.tsv").read_text().splitlines()) == 4
+    second = subprocess.run([*command, "--epochs", "2"], capture_output=True, text=True,
+                            timeout=300, env=env())
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "one pass is" not in second.stderr and "training pairs" not in second.stderr  # cached
+    model = keras.models.load_model(out / "model.keras")
+    assert int(model.optimizer.iterations) == 2 * per_pass
+
+
+def test_a_bad_line_met_by_the_stream_stops_training_naming_it(tmp_path):
+    train = tmp_path / "train.tsv"
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("hola\thello\n")
+    train.write_text("".join(f"uno dos {i}\tone two {i}\n" for i in range(100)))
+    command = [sys.executable, "-m", "tfformer.cli.train", "--data", f"tsv:{train},{dev}",
+               "--out", str(tmp_path / "run"), *SMALL, "--steps", "2"]
+    assert subprocess.run(command, capture_output=True, timeout=300, env=env()).returncode == 0
+    # The file changes under a resumed run, which does not scan it again: the stream finds it.
+    with open(train, "a") as f:
+        f.write("uno\tdos\ttres\n")
+    result = subprocess.run([*command[:-1], "4"], capture_output=True, text=True, timeout=300,
+                            env=env())
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert f"{train}:101: 2 TAB separators, expected exactly 1" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_max_minutes_ends_the_run_early_and_saves_the_model(tmp_path):
+    out = tmp_path / "run"
+    result = subprocess.run(
+        train_command(out, "--steps", "1000", "--steps-per-epoch", "4", "--max-minutes", "0.01"),
+        capture_output=True, text=True, timeout=300, env=env())
+    assert result.returncode == 0, result.stderr[-3000:]
+    model = keras.models.load_model(out / "model.keras")
+    assert 1 <= int(model.optimizer.iterations) < 1000
+    assert "0.01 minutes of wall time used" in result.stderr
+    rows = list(csv.DictReader(open(out / "metrics.csv")))
+    assert int(rows[-1]["step"]) == int(model.optimizer.iterations)
+
+
+def test_stop_at_time_leaves_room_for_the_epoch_end():
+    from tfformer.callbacks import StopAtTime
+
+    now = [0.0]
+    callback = StopAtTime(deadline=100.0, clock=lambda: now[0])
+    callback.set_model(types.SimpleNamespace(stop_training=False))
+    for t in (10, 20, 30):  # epoch 1: batches end at 10, 20, 30; its end work takes 25 s
+        now[0] = t
+        callback.on_train_batch_end(0)
+    now[0] = 55
+    callback.on_epoch_begin(1)
+    now[0] = 70
+    callback.on_train_batch_end(0)
+    assert not callback.model.stop_training  # 70 + 25 < 100
+    now[0] = 76
+    callback.on_train_batch_end(1)
+    assert callback.model.stop_training and callback.stopped  # 76 + 25 >= 100
 
 
 def test_bad_config_override_names_the_field(tmp_path):

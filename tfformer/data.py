@@ -1,17 +1,14 @@
-"""Parallel text readers and the `tf.data` training pipeline.
+"""The `tf.data` training pipeline: tokenize in the graph, bucket by length under a token budget.
 
-Readers return a `ParallelText`: the (source, target) string pairs plus what was skipped, so the
-program can log it. Bad data raises `DataError` naming the file and the 1-based line number,
-unless `skip_bad_lines=True`, in which case the bad lines are skipped and listed. Nothing is
-dropped silently: over-length pairs are counted by `make_dataset` in its `PipelineInfo`.
+Two entry points share one batching graph:
 
-`load_data(spec)` parses a data spec (what `tfformer-train --data` takes):
+* `make_stream` batches an endless stream of (source, target) strings, such as
+  `tfformer.corpus.Corpus.train_pairs`: a bounded shuffle buffer, over-length pairs dropped and
+  counted in `Counters.dropped` as they go by. Nothing is read ahead of the first batch.
+* `make_dataset` batches pairs held in memory (dev and test sets, small corpora) and counts them
+  exactly beforehand (`PipelineInfo`), so that its finite datasets have a known cardinality.
 
-* ``builtin`` or ``builtin:N`` – the synthetic Spanish→English corpus (`tfformer.builtin_corpus`);
-* ``tsv:TRAIN[,DEV]`` – UTF-8 files of ``source<TAB>target`` lines;
-* ``tfds:NAME`` – a TensorFlow Datasets translation set, e.g. ``ted_hrlr_translate/pt_to_en``.
-
-`make_dataset` tokenizes in graph (tf-text SentencePiece ops, no py_function) and yields
+Tokenizing runs in the graph (tf-text SentencePiece ops, no py_function). Elements are
 ``((source_ids, target_in_ids), target_out_ids)`` int32 batches bucketed by length under a token
 budget (paper §5.1), padded with PAD_ID only to each batch's longest sentence.
 """
@@ -20,299 +17,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-import random
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import tensorflow as tf
 
-from tfformer import builtin_corpus
+from tfformer.corpus import Counters, Pair, ParallelText
 from tfformer.special_tokens import PAD_ID
 
 if TYPE_CHECKING:
     from tfformer.tokenizer import Tokenizer
-
-Pair = tuple[str, str]
-
-# Held-out dev set for `tsv:TRAIN` without DEV: this fraction of train, at most this many pairs.
-HOLDOUT_FRACTION = 0.01
-MAX_HOLDOUT = 1000
-# TFDS split used as dev for `tfds:NAME` (newstest2013 for wmt14_translate).
-TFDS_DEV_SPLIT = "validation"
-
-
-class DataError(ValueError):
-    """Bad input data. The message starts with "FILE:LINE: " when a line is to blame.
-
-    Attributes:
-        path: the file (or "tfds:NAME[split]") at fault.
-        line: the 1-based line (or example) number, or None for the whole file.
-        reason: what is wrong, without the location.
-    """
-
-    def __init__(self, path: str, line: int | None, reason: str):
-        self.path, self.line, self.reason = path, line, reason
-        super().__init__(f"{path}:{line}: {reason}" if line is not None else f"{path}: {reason}")
-
-
-@dataclasses.dataclass(frozen=True)
-class ParallelText:
-    """Sentence pairs read from one source.
-
-    Attributes:
-        pairs: the (source, target) pairs, each side stripped of surrounding whitespace.
-        path: where they came from (a file path, "tfds:NAME[split]" or "builtin:split").
-        skipped: (1-based line number, reason) of every bad line skipped.
-    """
-
-    pairs: list[Pair]
-    path: str
-    skipped: list[tuple[int, str]] = dataclasses.field(default_factory=list)
-
-    @property
-    def num_skipped(self) -> int:
-        return len(self.skipped)
-
-    def __len__(self) -> int:
-        return len(self.pairs)
-
-
-def _check_pair(source: str, target: str) -> tuple[Pair | None, str | None]:
-    """Returns ((source, target) stripped, None) or (None, reason)."""
-    source, target = source.strip(), target.strip()
-    if not source and not target:
-        return None, "empty source and target sides"
-    if not source:
-        return None, "empty source side"
-    if not target:
-        return None, "empty target side"
-    return (source, target), None
-
-
-def read_tsv(path: str | os.PathLike, *, skip_bad_lines: bool = False) -> ParallelText:
-    """Reads ``source<TAB>target`` lines (UTF-8, no header; a BOM and CRLF endings are accepted).
-
-    A line is bad if it is not valid UTF-8, has no TAB or more than one, or has an empty side
-    after stripping whitespace (an empty line is bad too).
-
-    Args:
-        path: the file.
-        skip_bad_lines: skip bad lines and list them in `ParallelText.skipped` instead of raising.
-
-    Returns:
-        the pairs, in file order.
-
-    Raises:
-        DataError: on the first bad line (unless skip_bad_lines), for an empty file, and for a
-            file with no valid line at all.
-        OSError: if the file cannot be read.
-    """
-    name = os.fspath(path)
-    with open(name, "rb") as f:
-        data = f.read()
-    if not data.strip():
-        raise DataError(name, None, "empty file")
-    lines = data.split(b"\n")
-    if lines[-1] == b"":  # the newline ending the last line does not start another line
-        lines.pop()
-    pairs: list[Pair] = []
-    skipped: list[tuple[int, str]] = []
-    for number, raw in enumerate(lines, start=1):
-        if raw.endswith(b"\r"):
-            raw = raw[:-1]
-        if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
-            raw = raw[3:]
-        reason = None
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as error:
-            reason = f"invalid UTF-8 at byte {error.start}"
-        else:
-            tabs = line.count("\t")
-            if not line.strip():
-                reason = "empty line"
-            elif tabs == 0:
-                reason = "no TAB separator"
-            elif tabs > 1:
-                reason = f"{tabs} TAB separators, expected exactly 1"
-            else:
-                pair, reason = _check_pair(*line.split("\t"))
-                if pair is not None:
-                    pairs.append(pair)
-        if reason is not None:
-            if not skip_bad_lines:
-                raise DataError(name, number, reason)
-            skipped.append((number, reason))
-    if not pairs:
-        raise DataError(name, None, f"no valid line ({len(skipped)} bad lines skipped)")
-    return ParallelText(pairs, name, skipped)
-
-
-def read_tfds(name: str, split: str = "train", *, skip_bad_lines: bool = False,
-              data_dir: str | None = None) -> ParallelText:
-    """Reads a TensorFlow Datasets translation set as (source, target) pairs.
-
-    The source is the first supervised key: ``ted_hrlr_translate/pt_to_en`` gives (pt, en),
-    ``wmt14_translate/de-en`` gives (de, en).
-
-    Args:
-        name: the TFDS name with config, e.g. "ted_hrlr_translate/pt_to_en".
-        split: a TFDS split, e.g. "train" or "validation".
-        skip_bad_lines: skip examples with an empty side or invalid UTF-8 instead of raising.
-        data_dir: TFDS data directory (default: TFDS's own default).
-
-    Returns:
-        the pairs; line numbers in errors and `skipped` are 1-based example numbers.
-
-    Raises:
-        ImportError: if tensorflow-datasets is not installed.
-        DataError: on a bad example (unless skip_bad_lines) or an empty split.
-    """
-    try:
-        import tensorflow_datasets as tfds  # lazy: a large optional dependency
-    except ImportError:
-        raise ImportError(
-            f"reading tfds:{name} needs TensorFlow Datasets: pip install tensorflow-datasets"
-        ) from None
-    where = f"tfds:{name}[{split}]"
-    dataset = tfds.load(name, split=split, as_supervised=True, data_dir=data_dir)
-    pairs: list[Pair] = []
-    skipped: list[tuple[int, str]] = []
-    for number, (source, target) in enumerate(tfds.as_numpy(dataset), start=1):
-        try:
-            pair, reason = _check_pair(source.decode("utf-8"), target.decode("utf-8"))
-        except UnicodeDecodeError as error:
-            pair, reason = None, f"invalid UTF-8 at byte {error.start}"
-        if pair is not None:
-            pairs.append(pair)
-        elif skip_bad_lines:
-            skipped.append((number, reason))
-        else:
-            raise DataError(where, number, reason)
-    if not pairs:
-        raise DataError(where, None, f"no valid example ({len(skipped)} bad examples skipped)")
-    return ParallelText(pairs, where, skipped)
-
-
-def read_builtin(split: str = "train", n: int | None = None, seed: int = 0) -> ParallelText:
-    """The built-in synthetic Spanish→English corpus (see `tfformer.builtin_corpus`)."""
-    return ParallelText(builtin_corpus.builtin_pairs(split, n, seed), f"builtin:{split}")
-
-
-@dataclasses.dataclass(frozen=True)
-class DataSplits:
-    """Train and dev pairs for one data spec.
-
-    Attributes:
-        train: training pairs.
-        dev: dev pairs.
-        spec: the spec they were loaded from.
-        dev_held_out: True if dev was held out of the training file (no DEV given).
-        notes: human-readable facts worth logging (held-out dev, skipped lines).
-    """
-
-    train: ParallelText
-    dev: ParallelText
-    spec: str
-    dev_held_out: bool = False
-    notes: tuple[str, ...] = ()
-
-
-def hold_out(text: ParallelText, *, fraction: float = HOLDOUT_FRACTION,
-             max_pairs: int = MAX_HOLDOUT, seed: int = 0) -> tuple[ParallelText, ParallelText]:
-    """Splits a deterministic random sample off `text` as a dev set.
-
-    Args:
-        text: the pairs to split.
-        fraction: share of pairs held out (rounded, at least 1).
-        max_pairs: upper bound on the held-out pairs.
-        seed: seed of the sample.
-
-    Returns:
-        (train without the held-out pairs, held-out pairs), both in original order.
-
-    Raises:
-        DataError: if `text` has fewer than 2 pairs.
-    """
-    if len(text.pairs) < 2:
-        raise DataError(text.path, None, "need at least 2 pairs to hold out a dev set")
-    count = min(max_pairs, max(1, round(len(text.pairs) * fraction)), len(text.pairs) - 1)
-    # A random sample, not the file's tail: files are often ordered (e.g. by document).
-    chosen = set(random.Random(seed).sample(range(len(text.pairs)), count))
-    train = [p for i, p in enumerate(text.pairs) if i not in chosen]
-    dev = [p for i, p in enumerate(text.pairs) if i in chosen]
-    return (ParallelText(train, text.path, text.skipped),
-            ParallelText(dev, f"{text.path} (held out)"))
-
-
-def load_data(spec: str, *, skip_bad_lines: bool = False, seed: int = 0) -> DataSplits:
-    """Loads train and dev pairs for a data spec.
-
-    Args:
-        spec: "builtin" or "builtin:N_TRAIN" (synthetic corpus, its own dev split);
-            "tsv:TRAIN[,DEV]" (without DEV, a seeded sample of 1% of TRAIN, at most 1000
-            pairs, is held out as dev); "tfds:NAME" (splits "train" and "validation");
-            "reverse:SPEC" swaps source and target of SPEC (e.g. WMT14 EN->DE from
-            "reverse:tfds:wmt14_translate/de-en", whose supervised keys are (de, en)).
-        skip_bad_lines: skip (and list) bad lines instead of raising.
-        seed: seed of the built-in corpus and of the held-out dev sample.
-
-    Returns:
-        the DataSplits.
-
-    Raises:
-        ValueError: for a malformed spec; DataError for bad data; ImportError (tfds missing).
-    """
-    kind, _, rest = spec.partition(":")
-    if kind == "reverse":
-        splits = load_data(rest, skip_bad_lines=skip_bad_lines, seed=seed)
-        swap = [ParallelText([(t, s) for s, t in text.pairs], text.path, text.skipped)
-                for text in (splits.train, splits.dev)]
-        return dataclasses.replace(splits, train=swap[0], dev=swap[1], spec=spec,
-                                   notes=[*splits.notes, "source and target swapped"])
-    notes: list[str] = []
-    if kind == "builtin":
-        n_train = None
-        if rest:
-            try:
-                n_train = int(rest)
-            except ValueError:
-                n_train = -1
-            if n_train < 1:
-                raise ValueError(f"data spec {spec!r}: N in builtin:N must be a positive integer")
-        train = read_builtin("train", n_train, seed)
-        dev = read_builtin("dev", None, seed)
-        return DataSplits(train, dev, spec)
-    if kind == "tsv":
-        paths = rest.split(",") if rest else []
-        if not 1 <= len(paths) <= 2 or not all(paths):
-            raise ValueError(f"data spec {spec!r}: expected tsv:TRAIN or tsv:TRAIN,DEV")
-        train = read_tsv(paths[0], skip_bad_lines=skip_bad_lines)
-        held_out = len(paths) == 1
-        if held_out:
-            train, dev = hold_out(train, seed=seed)
-            notes.append(f"dev: {len(dev)} pairs held out of {paths[0]} "
-                         f"({HOLDOUT_FRACTION:.0%} of it, at most {MAX_HOLDOUT}, seed {seed})")
-        else:
-            dev = read_tsv(paths[1], skip_bad_lines=skip_bad_lines)
-    elif kind == "tfds":
-        if not rest:
-            raise ValueError(
-                f"data spec {spec!r}: expected tfds:NAME, e.g. tfds:ted_hrlr_translate/pt_to_en")
-        train = read_tfds(rest, "train", skip_bad_lines=skip_bad_lines)
-        dev = read_tfds(rest, TFDS_DEV_SPLIT, skip_bad_lines=skip_bad_lines)
-        held_out = False
-    else:
-        raise ValueError(
-            f"data spec {spec!r}: expected builtin[:N], tsv:TRAIN[,DEV] or tfds:NAME")
-    for text in (train, dev):
-        if text.skipped:
-            first = ", ".join(f"line {n}: {r}" for n, r in text.skipped[:3])
-            notes.append(f"{text.path}: skipped {text.num_skipped} bad lines ({first}"
-                         f"{', ...' if text.num_skipped > 3 else ''})")
-    return DataSplits(train, dev, spec, held_out, tuple(notes))
-
 
 # ---------------------------------------------------------------------------------------------
 # tf.data pipeline
@@ -447,15 +161,7 @@ def make_dataset(pairs: Sequence[Pair] | ParallelText, tokenizer: "Tokenizer", *
     """
     if isinstance(pairs, ParallelText):
         pairs = pairs.pairs
-    if max_length < 2:
-        raise ValueError(f"max_length must be >= 2 (a token plus BOS/EOS), got {max_length}")
-    if batch_multiple < 1:
-        raise ValueError(f"batch_multiple must be >= 1, got {batch_multiple}")
-    if batch_tokens < max_length * batch_multiple:
-        # Otherwise sentences of max_length tokens could not be put in any batch.
-        raise ValueError(
-            f"batch_tokens ({batch_tokens}) must be >= max_length ({max_length}) * "
-            f"batch_multiple ({batch_multiple}) so that every kept sentence fits in a batch")
+    _check_budget(batch_tokens, max_length, batch_multiple)
     if not pairs:
         raise ValueError("make_dataset needs at least one pair")
 
@@ -488,13 +194,44 @@ def make_dataset(pairs: Sequence[Pair] | ParallelText, tokenizer: "Tokenizer", *
                                   reshuffle_each_iteration=True)
     if repeat:
         dataset = dataset.repeat()
+    dataset = _batch_by_length(
+        dataset, tokenizer, max_length=max_length, boundaries=boundaries,
+        batch_sizes=batch_sizes, batch_multiple=batch_multiple if not repeat else 1,
+        tokenize_batch_size=tokenize_batch_size)
+    if not repeat:
+        # bucket_by_sequence_length hides the length; the exact count lets Keras size epochs
+        # (without it, evaluate warns "Your input ran out of data" on every first pass), and
+        # tf.data raises if the count were ever wrong.
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(num_batches))
+    return dataset.prefetch(tf.data.AUTOTUNE), info
+
+
+def _check_budget(batch_tokens: int, max_length: int, batch_multiple: int) -> None:
+    if max_length < 2:
+        raise ValueError(f"max_length must be >= 2 (a token plus BOS/EOS), got {max_length}")
+    if batch_multiple < 1:
+        raise ValueError(f"batch_multiple must be >= 1, got {batch_multiple}")
+    if batch_tokens < max_length * batch_multiple:
+        # Otherwise sentences of max_length tokens could not be put in any batch.
+        raise ValueError(
+            f"batch_tokens ({batch_tokens}) must be >= max_length ({max_length}) * "
+            f"batch_multiple ({batch_multiple}) so that every kept sentence fits in a batch")
+
+
+def _batch_by_length(strings: tf.data.Dataset, tokenizer: "Tokenizer", *, max_length: int,
+                     boundaries: Sequence[int], batch_sizes: Sequence[int],
+                     batch_multiple: int, tokenize_batch_size: int,
+                     dropped: tf.Variable | None = None) -> tf.data.Dataset:
+    """(source, target) strings -> token-budget batches; pairs over max_length are dropped
+    (and counted in `dropped`). batch_multiple > 1 pads each bucket's partial last batch with
+    PAD rows (only a finite dataset has them)."""
 
     def encode(sources: tf.Tensor, targets: tf.Tensor):
         target_in, target_out = tokenizer.encode_target(targets)
         return (tokenizer.encode_source(sources), target_in), target_out
 
     # Tokenizing a batch of strings per tf-text call is much cheaper than one call per pair.
-    dataset = dataset.batch(tokenize_batch_size).map(
+    dataset = strings.batch(tokenize_batch_size).map(
         encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
     # unbatch() yields rank-1 RaggedTensorSpecs; an identity map turns them into plain
     # tensors, which padded batching requires.
@@ -503,27 +240,68 @@ def make_dataset(pairs: Sequence[Pair] | ParallelText, tokenizer: "Tokenizer", *
     def length(inputs, target):
         return tf.maximum(tf.shape(inputs[0])[0], tf.shape(target)[0])
 
+    def fits(inputs, target):
+        ok = length(inputs, target) <= max_length
+        if dropped is not None:
+            with tf.control_dependencies([dropped.assign_add(1 - tf.cast(ok, tf.int64))]):
+                ok = tf.identity(ok)
+        return ok
+
+    dataset = dataset.filter(fits)
     pad = tf.constant(PAD_ID, tf.int32)
     dataset = dataset.bucket_by_sequence_length(
         length, bucket_boundaries=boundaries, bucket_batch_sizes=batch_sizes,
         padded_shapes=(([None], [None]), [None]), padding_values=((pad, pad), pad),
         pad_to_bucket_boundary=False, drop_remainder=False)
-    if batch_multiple > 1 and not repeat:  # with repeat, only full batches are emitted
+    if batch_multiple > 1:
 
         def pad_rows(inputs, target):
             extra = tf.math.floormod(-tf.shape(target)[0], batch_multiple)
+
             def pad_batch(x):
                 return tf.pad(x, [[0, extra], [0, 0]], constant_values=PAD_ID)
 
             return (pad_batch(inputs[0]), pad_batch(inputs[1])), pad_batch(target)
 
         dataset = dataset.map(pad_rows)
-    if not repeat:
-        # bucket_by_sequence_length hides the length; the exact count lets Keras size epochs
-        # (without it, evaluate warns "Your input ran out of data" on every first pass), and
-        # tf.data raises if the count were ever wrong.
-        dataset = dataset.apply(tf.data.experimental.assert_cardinality(num_batches))
-    return dataset.prefetch(tf.data.AUTOTUNE), info
+    return dataset
+
+
+def make_stream(pairs: tf.data.Dataset, tokenizer: "Tokenizer", *, batch_tokens: int,
+                max_length: int, counters: Counters | None = None, seed: int = 0,
+                shuffle_buffer_size: int = 100_000, batch_multiple: int = 1,
+                bucket_growth: float = 1.1, min_bucket_length: int = 8,
+                tokenize_batch_size: int = 256) -> tf.data.Dataset:
+    """Batches an endless stream of (source, target) strings for training.
+
+    The same batches as `make_dataset(repeat=True)` (see there for the token budget and
+    batch_multiple), but nothing is counted or read in advance: pairs go through a bounded
+    shuffle buffer (files are shuffled by the corpus), and pairs longer than max_length are
+    dropped as they come and counted in `counters.dropped`.
+
+    Args:
+        pairs: endless (source, target) tf.string elements, e.g. `Corpus.train_pairs(
+            repeat=True)`.
+        tokenizer: the shared Tokenizer.
+        batch_tokens, max_length, batch_multiple, bucket_growth, min_bucket_length,
+            tokenize_batch_size: as for `make_dataset`.
+        counters: where dropped pairs are counted (None: not counted).
+        seed: shuffle seed.
+        shuffle_buffer_size: pairs held in the shuffle buffer (0: no shuffle).
+
+    Returns:
+        the prefetched dataset of batches.
+    """
+    _check_budget(batch_tokens, max_length, batch_multiple)
+    boundaries = bucket_boundaries(max_length, min_length=min_bucket_length, growth=bucket_growth)
+    batch_sizes = _bucket_batch_sizes(boundaries, max_length, batch_tokens, batch_multiple)
+    if shuffle_buffer_size:
+        pairs = pairs.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=True)
+    dataset = _batch_by_length(
+        pairs, tokenizer, max_length=max_length, boundaries=boundaries, batch_sizes=batch_sizes,
+        batch_multiple=1, tokenize_batch_size=tokenize_batch_size,
+        dropped=counters.dropped if counters is not None else None)
+    return dataset.prefetch(tf.data.AUTOTUNE)
 
 
 def make_eval_dataset(pairs: Sequence[Pair] | ParallelText, tokenizer: "Tokenizer", *,

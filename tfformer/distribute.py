@@ -57,3 +57,16 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
     task_type, task_id = resolver.task_type, resolver.task_id
     has_chief = "chief" in resolver.cluster_spec().as_dict()
     return task_type == "chief" or (not has_chief and task_type == "worker" and task_id == 0)
+
+
+def worker_shard(strategy: tf.distribute.Strategy) -> tuple[int, int]:
+    """(number of workers, this worker's index): which shard of the data this process reads.
+    (1, 0) on one machine; a chief, if the cluster has one, is worker 0."""
+    workers = tf_config_workers()
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if workers <= 1 or resolver is None:
+        return 1, 0
+    has_chief = "chief" in resolver.cluster_spec().as_dict()
+    if resolver.task_type == "chief":
+        return workers, 0
+    return workers, resolver.task_id + (1 if has_chief else 0)

@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 import sacrebleu
 
-from tfformer.data import DataError, read_tsv
+from tfformer.corpus import DataError, read_tsv
 
 TranslateBatch = Callable[[list[str]], list[str]]
 

@@ -33,6 +33,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_STEPS = 400
 DEFAULT_STEPS_PER_EPOCH = 100
+DEFAULT_VOCAB_SAMPLE = 1_000_000  # sentences: the vocabulary's time and memory stay bounded
 DEV_SOURCES_KEPT = 16  # dev sources kept in the run dir for the export check
 
 
@@ -45,8 +46,10 @@ class TrainSettings:
     """How a run trains (the architecture is the `TransformerConfig`).
 
     Args:
-        data: "builtin[:N]", "tsv:TRAIN[,DEV]" or "tfds:NAME" (see `tfformer.data.load_data`).
+        data: "builtin[:N]", "tsv:TRAIN[,DEV]" or "tfds:NAME" (see `tfformer.corpus`).
         skip_bad_lines: skip and count malformed data lines instead of failing.
+        vocab_sample: sentences (both sides) of the random sample the vocabulary learns from.
+        shuffle_buffer: pairs in the training stream's shuffle buffer (files are shuffled too).
         steps: optimizer updates in all (default 400 unless `epochs` is given).
         epochs: passes over the training data, instead of `steps`.
         steps_per_epoch: batches per epoch: checkpoint, history row and dev BLEU after each
@@ -56,6 +59,10 @@ class TrainSettings:
         label_smoothing: epsilon_ls of the loss (§5.4).
         warmup_steps: updates of learning-rate warmup (§5.3; default 4000 as in the paper, or
             the preset's own: tiny 400).
+        lr_scale: factor on the learning rate of §5.3, eq. 3 (1.0 in the paper).
+        max_minutes: stop after this much wall time, epoch-end work (validation, dev BLEU,
+            checkpoints) and start-up included, even before `steps`; the run then ends normally,
+            with model.keras (one process only: workers would stop at different batches).
         vocab_size: subword vocabulary size (default: the config's; a soft limit).
         mixed_precision: None, "bf16" or "fp16".
         jit: compile train steps with XLA.
@@ -71,12 +78,16 @@ class TrainSettings:
 
     data: str = "builtin"
     skip_bad_lines: bool = False
+    vocab_sample: int = DEFAULT_VOCAB_SAMPLE
+    shuffle_buffer: int = 100_000
     steps: int | None = None
     epochs: int | None = None
     steps_per_epoch: int | None = None
     batch_tokens: int = 4096
     label_smoothing: float = 0.1
     warmup_steps: int | None = None
+    lr_scale: float = 1.0
+    max_minutes: float | None = None
     vocab_size: int | None = None
     mixed_precision: str | None = None
     jit: bool = False
@@ -92,13 +103,19 @@ class TrainSettings:
     def __post_init__(self) -> None:
         for name in ("steps", "epochs", "steps_per_epoch", "batch_tokens", "vocab_size",
                      "grad_accum", "devices", "keep_checkpoints", "backup_every",
-                     "warmup_steps"):
+                     "warmup_steps", "shuffle_buffer"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
+        if self.vocab_sample < 2:
+            raise ValueError(f"vocab_sample must be >= 2, got {self.vocab_sample}")
         if self.dev_sentences < 0:
             raise ValueError(f"dev_sentences must be >= 0, got {self.dev_sentences}")
         check_fraction("label_smoothing", self.label_smoothing)
+        for name in ("lr_scale", "max_minutes"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be > 0, got {value}")
         if self.steps and self.epochs:
             raise ValueError("give steps or epochs, not both")
         if self.mixed_precision not in (None, "bf16", "fp16"):
@@ -162,14 +179,6 @@ class Recipe:
                    description=raw.get("description", ""))
 
 
-def _wait_for_file(path: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            raise FileNotFoundError(f"{path} did not appear within {timeout:.0f} s")
-        time.sleep(0.2)
-
-
 def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
           settings: TrainSettings | None = None, overrides: dict | None = None) -> TrainResult:
     """Trains (or resumes) the run in `out` until its step budget; resumable after any kill.
@@ -190,12 +199,16 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
         TrainingStopped: training stopped before its step budget (NaN loss).
     """
     settings = settings or TrainSettings()
+    started = time.monotonic()
     # Device layout and strategy first: both must exist before TensorFlow runs any op.
     from tfformer import distribute
 
     if settings.devices and settings.devices > 1:
         distribute.split_cpu(settings.devices)
     strategy = distribute.select_strategy()
+    if settings.max_minutes and distribute.tf_config_workers() > 1:
+        raise ValueError("max_minutes works in one process only: each worker would stop at "
+                         "another batch; give steps or epochs")
 
     import keras
 
@@ -205,13 +218,16 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
         keras.mixed_precision.set_global_policy(
             {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}[settings.mixed_precision])
 
-    from tfformer.callbacks import DevBleu, KeepLastCheckpoints
-    from tfformer.data import load_data, make_dataset, make_eval_dataset
+    import tensorflow as tf
+
+    from tfformer import run_data
+    from tfformer.callbacks import DevBleu, KeepLastCheckpoints, StopAtTime
+    from tfformer.corpus import Counters, DataError
+    from tfformer.data import make_eval_dataset
     from tfformer.files import atomic_write, atomic_write_text
     from tfformer.model import Transformer
     from tfformer.run_state import RunState
     from tfformer.schedule import paper_optimizer
-    from tfformer.tokenizer import Tokenizer
     from tfformer.training import compile_transformer, fit_resumable
 
     shared = RunDir(out)
@@ -219,35 +235,16 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
     run = shared if chief else shared.worker(strategy.cluster_resolver.task_id)
     os.makedirs(run.path, exist_ok=True)
 
-    splits = load_data(settings.data, skip_bad_lines=settings.skip_bad_lines, seed=settings.seed)
-    for note in splits.notes:
-        logger.info("data: %s", note)
-    for name, text in (("train", splits.train), ("dev", splits.dev)):
-        logger.info("data: %s: %d pairs from %s%s", name, len(text), text.path,
-                    f", {text.num_skipped} bad line(s) skipped" if text.num_skipped else "")
-        for line_no, reason in text.skipped[:20]:
-            logger.warning("data: skipped %s:%d: %s", text.path, line_no, reason)
-
     warmup_steps = settings.warmup_steps or (
         PRESET_WARMUP_STEPS.get(config, PAPER_WARMUP_STEPS) if isinstance(config, str)
         else PAPER_WARMUP_STEPS)
     config = load_config(config, **(overrides or {}))
     resuming = os.path.exists(run.config)
-    if os.path.exists(shared.tokenizer):
-        tokenizer = Tokenizer.from_file(shared.tokenizer)
-        logger.info("tokenizer: reusing %s (%d ids)", shared.tokenizer, tokenizer.vocab_size)
-    elif not chief:
-        # The chief trains the one shared vocabulary; the other workers use the same file.
-        _wait_for_file(shared.tokenizer, timeout=600)
-        tokenizer = Tokenizer.from_file(shared.tokenizer)
-    else:
-        # §5.1: one vocabulary shared by source and target, learned from both sides.
-        requested = settings.vocab_size or config.vocab_size
-        tokenizer = Tokenizer.train(
-            (s for pair in splits.train.pairs for s in pair), requested, seed=settings.seed)
-        tokenizer.save(shared.tokenizer)
-        logger.info("tokenizer: trained %d ids (asked for %d), saved %s",
-                    tokenizer.vocab_size, requested, shared.tokenizer)
+    data = run_data.prepare(
+        shared, chief=chief, data=settings.data, skip_bad_lines=settings.skip_bad_lines,
+        seed=settings.seed, vocab_size=settings.vocab_size or config.vocab_size,
+        vocab_sample=settings.vocab_sample)
+    tokenizer, dev = data.tokenizer, data.dev
     config = config.replace(vocab_size=tokenizer.vocab_size)
     if resuming:
         with open(run.config, encoding="utf-8") as f:
@@ -264,23 +261,27 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
         atomic_write_text(run.train_args, json.dumps(dataclasses.asdict(settings), indent=2))
         # Last: its presence is what marks a run directory as one to resume.
         atomic_write_text(run.config, config.to_json())
-    if chief and splits.dev.pairs and not os.path.exists(run.dev_sources):
+    if chief and dev.pairs and not os.path.exists(run.dev_sources):
         atomic_write_text(run.dev_sources, "".join(
-            source.replace("\n", " ") + "\n"
-            for source, _ in splits.dev.pairs[:DEV_SOURCES_KEPT]))
+            source.replace("\n", " ") + "\n" for source, _ in dev.pairs[:DEV_SOURCES_KEPT]))
 
     run_state = RunState(run.path, settings.backup_every,
                          keep_initial_weights=settings.keep_initial_weights)
     replicas = strategy.num_replicas_in_sync
+    num_workers, worker_index = distribute.worker_shard(strategy)
+    counters = Counters()
     # A resumed run reshuffles with another seed; the same seed would replay the first batches.
-    train_data, info = make_dataset(
-        splits.train, tokenizer, batch_tokens=settings.batch_tokens,
-        max_length=config.max_length, repeat=True, seed=settings.seed + run_state.step,
-        batch_multiple=replicas)
-    logger.info("train: %d pairs in %d batches per pass; %d dropped as longer than %d tokens",
-                info.num_pairs, info.num_batches, info.num_dropped, config.max_length)
+    train_data = run_data.training_batches(
+        data, batch_tokens=settings.batch_tokens, max_length=config.max_length,
+        seed=settings.seed + run_state.step, skip_bad_lines=settings.skip_bad_lines,
+        batch_multiple=replicas, num_workers=num_workers, worker_index=worker_index,
+        shuffle_buffer_size=settings.shuffle_buffer, counters=counters)
+    if num_workers > 1:
+        logger.info("train: worker %d reads shard %d of %d (%s)", worker_index, worker_index,
+                    num_workers, "by file" if len(data.corpus.files) >= num_workers
+                    and data.corpus.kind == "tsv" else "by line")
     dev_data, dev_info = make_eval_dataset(
-        splits.dev, tokenizer, batch_tokens=settings.batch_tokens, max_length=config.max_length,
+        dev, tokenizer, batch_tokens=settings.batch_tokens, max_length=config.max_length,
         batch_multiple=replicas)
     if dev_info.num_dropped:
         logger.info("dev: %d pairs dropped as longer than %d tokens", dev_info.num_dropped,
@@ -293,8 +294,12 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
         steps_per_epoch = settings.steps_per_epoch or min(
             DEFAULT_STEPS_PER_EPOCH, total_steps) * accumulation
     else:
+        per_pass = run_data.batches_per_pass(
+            shared, data, batch_tokens=settings.batch_tokens, max_length=config.max_length,
+            skip_bad_lines=settings.skip_bad_lines, batch_multiple=replicas,
+            write_cache=chief)
         steps_per_epoch = settings.steps_per_epoch or max(
-            accumulation, info.num_batches // accumulation * accumulation)
+            accumulation, per_pass // accumulation * accumulation)
         total_steps = max(1, settings.epochs * steps_per_epoch // accumulation)
     if steps_per_epoch % accumulation:
         raise ValueError(f"steps_per_epoch ({steps_per_epoch}) must be a multiple of "
@@ -306,7 +311,7 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
     with strategy.scope():
         model = Transformer(config)
         model.build()
-        optimizer = paper_optimizer(config.d_model, warmup_steps,
+        optimizer = paper_optimizer(config.d_model, warmup_steps, scale=settings.lr_scale,
                                     gradient_accumulation_steps=accumulation)
         compile_transformer(model, optimizer=optimizer, label_smoothing=settings.label_smoothing,
                             jit_compile=settings.jit)
@@ -316,21 +321,37 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
     callbacks = [
         keras.callbacks.TerminateOnNaN(),
         KeepLastCheckpoints(run.checkpoints, keep=settings.keep_checkpoints),
+        run_data.LogDataCounters(counters, config.max_length),
     ]
     if settings.dev_sentences and chief:
-        callbacks.append(DevBleu(tokenizer, splits.dev.pairs,
+        callbacks.append(DevBleu(tokenizer, dev.pairs,
                                  max_sentences=settings.dev_sentences))
+    stop_at_time = None
+    if settings.max_minutes:
+        stop_at_time = StopAtTime(started + 60 * settings.max_minutes)
+        callbacks.append(stop_at_time)
     with strategy.scope():
         logger.info("starting at step %d of %d", run_state.step, total_steps)
-        step = fit_resumable(model, train_data, run_state=run_state, total_steps=total_steps,
-                             steps_per_epoch=steps_per_epoch, validation_data=dev_data,
-                             callbacks=callbacks, verbose=settings.verbose)
-    if step < total_steps:
+        try:
+            step = fit_resumable(model, train_data, run_state=run_state,
+                                 total_steps=total_steps, steps_per_epoch=steps_per_epoch,
+                                 validation_data=dev_data, callbacks=callbacks,
+                                 verbose=settings.verbose)
+        except tf.errors.OpError as error:
+            # A bad line the stream met (the scan of a new run would have named it first).
+            bad_line = DataError.from_graph_error(error)
+            if bad_line is None:
+                raise
+            raise bad_line from None
+    if stop_at_time is not None and stop_at_time.stopped:
+        logger.info("stopped at step %d of %d: %g minutes of wall time used", step, total_steps,
+                    settings.max_minutes)
+    elif step < total_steps:
         raise TrainingStopped(f"training stopped early at step {step} of {total_steps} "
                               "(NaN loss?)")
     atomic_write(run.model, model.save)
     logger.info("saved %s after %d steps", run.model, step)
-    return TrainResult(model, tokenizer, run, step, list(run_state.history), splits.dev.pairs)
+    return TrainResult(model, tokenizer, run, step, list(run_state.history), dev.pairs)
 
 
 def average(run_dir: str | os.PathLike, last: int = 5, out: str | None = None) -> str:

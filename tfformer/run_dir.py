@@ -4,6 +4,8 @@
     RUN/train_args.json     the training settings the run was started with
     RUN/tokenizer.model     the shared SentencePiece vocabulary (§5.1)
     RUN/dev_sources.txt     a few dev sources: what tfformer-export checks by default
+    RUN/dev.tsv             the dev pairs held out of a training file given without DEV
+    RUN/data.json           what the one scan of the training data found; batches per pass
     RUN/metrics.csv         one row per finished epoch (a view of backup/state.json)
     RUN/checkpoints/        ckpt-EPOCH.weights.h5, the last K epochs (for averaging, §6.1)
     RUN/backup/             state.json + step-N.weights.h5: where a killed run resumes
@@ -49,6 +51,14 @@ class RunDir:
     @property
     def dev_sources(self) -> str:
         return self._join("dev_sources.txt")
+
+    @property
+    def held_out_dev(self) -> str:
+        return self._join("dev.tsv")
+
+    @property
+    def data_stats(self) -> str:
+        return self._join("data.json")
 
     @property
     def metrics(self) -> str:

@@ -41,7 +41,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from tfformer.data import DataError
+    from tfformer.corpus import DataError
     from tfformer.evaluate import (
         load_translate_batch,
         read_test_set,

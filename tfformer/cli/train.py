@@ -36,9 +36,16 @@ def parse_args(argv=None, recipe: str | None = None) -> argparse.Namespace:
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="override a config field, e.g. --set dropout=0.2 (repeatable)")
     parser.add_argument("--data", default="builtin",
-                        help="builtin | tsv:TRAIN[,DEV] | tfds:NAME")
+                        help="builtin[:N] | tsv:TRAIN[,DEV] | tfds:NAME | reverse:SPEC; TRAIN: "
+                             "files or globs joined by +, .gz read as gzip")
     parser.add_argument("--skip-bad-lines", action="store_true",
                         help="skip (and count) malformed data lines instead of failing")
+    parser.add_argument("--vocab-sample", type=int, default=1_000_000, metavar="SENTENCES",
+                        help="the vocabulary learns from a random sample of this many "
+                             "sentences (source and target sides), drawn in one pass")
+    parser.add_argument("--shuffle-buffer", type=int, default=100_000, metavar="PAIRS",
+                        help="pairs held in the training stream's shuffle buffer (files are "
+                             "shuffled as well)")
     parser.add_argument("--out", default=DEFAULT_OUT, help="run directory")
     parser.add_argument("--steps", type=int, default=None,
                         help="total optimizer updates (default: 400 unless --epochs is given; "
@@ -54,6 +61,11 @@ def parse_args(argv=None, recipe: str | None = None) -> argparse.Namespace:
                         help="epsilon_ls of the loss (§5.4)")
     parser.add_argument("--warmup-steps", type=int, default=None,
                         help="updates of learning-rate warmup (§5.3; default 4000, tiny: 400)")
+    parser.add_argument("--lr-scale", type=float, default=1.0,
+                        help="factor on the learning rate of §5.3 (paper: 1)")
+    parser.add_argument("--max-minutes", type=float, default=None,
+                        help="stop after this much wall time (start-up and epoch ends "
+                             "included) even before --steps, and save the model")
     parser.add_argument("--vocab-size", type=int, default=None,
                         help="subword vocabulary size (default: the config's; a soft limit)")
     parser.add_argument("--mixed-precision", choices=("bf16", "fp16"), default=None)

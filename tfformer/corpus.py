@@ -1,0 +1,601 @@
+"""Parallel text: data specs, streaming readers, and the one pass that samples the vocabulary.
+
+A data spec (what `tfformer-train --data` takes) names a `Corpus`:
+
+* ``builtin`` or ``builtin:N`` – the synthetic Spanish→English corpus (`tfformer.builtin_corpus`);
+* ``tsv:TRAIN[,DEV]`` – UTF-8 ``source<TAB>target`` lines. TRAIN is one or more files or glob
+  patterns joined by ``+`` (``tsv:data/train-*.tsv.gz+extra.tsv,data/dev.tsv``); ``.gz`` files
+  are read as gzip. Without DEV, a seeded hash of each pair holds 1 % of TRAIN out of training
+  and the first 1000 of those are the dev set;
+* ``tfds:NAME`` – a TensorFlow Datasets translation set, e.g. ``ted_hrlr_translate/pt_to_en``;
+* ``reverse:SPEC`` – SPEC with source and target swapped.
+
+The training side is never held in memory: `Corpus.records` streams it with `tf.data` (file-level
+shuffling, sharding per worker) and checks every line in the graph by the rules of `read_tsv`.
+A bad line raises `DataError` naming the file and the 1-based line, or is skipped and counted
+with `skip_bad_lines`. `scan` reads the training side once, in order: it reports the first bad
+line before training starts, counts the pairs, collects the held-out dev pairs and draws the
+bounded random sample the vocabulary is trained on (§5.1), so that neither time nor memory of
+the vocabulary grows with the corpus.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import gzip
+import os
+from typing import Iterator, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from tfformer import builtin_corpus
+
+Pair = tuple[str, str]
+
+HOLDOUT_FRACTION = 0.01  # of TRAIN held out as dev when no DEV file is given...
+MAX_HOLDOUT = 1000  # ...but at most this many pairs (and at least one)
+TFDS_DEV_SPLIT = "validation"  # newstest2013 for wmt14_translate
+# A bad line found inside the tf.data graph fails it with MARK + "FILE:LINE: reason" + END.
+DATA_ERROR_MARK = "tfformer data error: "
+DATA_ERROR_END = " (end of tfformer data error)"
+_SCAN_BATCH = 8192
+
+
+class DataError(ValueError):
+    """Bad input data. The message starts with "FILE:LINE: " when a line is to blame.
+
+    Attributes:
+        path: the file (or "tfds:NAME[split]") at fault.
+        line: the 1-based line (or example) number, or None for the whole file.
+        reason: what is wrong, without the location.
+    """
+
+    def __init__(self, path: str, line: int | None, reason: str):
+        self.path, self.line, self.reason = path, line, reason
+        super().__init__(f"{path}:{line}: {reason}" if line is not None else f"{path}: {reason}")
+
+    @classmethod
+    def from_graph_error(cls, error: Exception) -> "DataError | None":
+        """The DataError a tf.data assertion raised for a bad line (see `Corpus.records`), or
+        None if `error` is something else."""
+        message = str(getattr(error, "message", error))
+        start = message.find(DATA_ERROR_MARK)
+        if start < 0:
+            return None
+        located = message[start + len(DATA_ERROR_MARK):].split(DATA_ERROR_END)[0]
+        path, line, reason = _split_location(located)
+        return cls(path, line, reason)
+
+
+def _split_location(located: str) -> tuple[str, int | None, str]:
+    # "PATH:LINE: REASON", where PATH may itself hold colons.
+    head, sep, reason = located.partition(": ")
+    path, _, line = head.rpartition(":")
+    if sep and line.isdigit():
+        return path, int(line), reason
+    return located, None, ""
+
+
+@dataclasses.dataclass(frozen=True)
+class ParallelText:
+    """Sentence pairs held in memory (a dev or test set, or a small corpus).
+
+    Attributes:
+        pairs: the (source, target) pairs, each side stripped of surrounding whitespace.
+        path: where they came from (a file path, "tfds:NAME[split]" or "builtin:split").
+        skipped: (1-based line number, reason) of every bad line skipped.
+    """
+
+    pairs: list[Pair]
+    path: str
+    skipped: list[tuple[int, str]] = dataclasses.field(default_factory=list)
+
+    @property
+    def num_skipped(self) -> int:
+        return len(self.skipped)
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+
+# ---------------------------------------------------------------------------------------------
+# The line rules, in the graph
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_pairs(source: tf.Tensor, target: tf.Tensor) -> tuple[tf.Tensor, ...]:
+    """Strips both sides of a batch of pairs; returns (source, target, reason), reason "" when
+    the pair is good."""
+    source, target = tf.strings.strip(source), tf.strings.strip(target)
+    no_source, no_target = tf.equal(source, ""), tf.equal(target, "")
+    reason = tf.where(no_source & no_target, "empty source and target sides",
+                      tf.where(no_source, "empty source side",
+                               tf.where(no_target, "empty target side", "")))
+    return source, target, reason
+
+
+def _valid_utf8(strings: tf.Tensor) -> tf.Tensor:
+    # Transcoding replaces every invalid sequence, so valid text is exactly the text it keeps.
+    return tf.equal(tf.strings.unicode_transcode(
+        strings, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD), strings)
+
+
+def parse_tsv_lines(lines: tf.Tensor, numbers: tf.Tensor) -> tuple[tf.Tensor, ...]:
+    """Splits a batch of ``source<TAB>target`` lines and checks them.
+
+    A line is bad if it is not valid UTF-8, is blank, has no TAB or more than one, or has an
+    empty side after stripping whitespace. A BOM on line 1 and a CR before the newline are
+    accepted.
+
+    Args:
+        lines: tf.string [n], without their newline.
+        numbers: int64 [n], each line's 1-based number in its file.
+
+    Returns:
+        (source, target, reason): tf.string [n] each, reason "" for a good line.
+    """
+    lines = tf.where(tf.equal(numbers, 1), tf.strings.regex_replace(lines, "^\ufeff", ""), lines)
+    lines = tf.strings.regex_replace(lines, "\r$", "")
+    tabs = tf.strings.length(lines) - tf.strings.length(tf.strings.regex_replace(lines, "\t", ""))
+    source = tf.strings.regex_replace(lines, "(?s)\t.*", "")
+    target = tf.strings.regex_replace(lines, "(?s)^[^\t]*\t", "")
+    source, target, reason = _check_pairs(source, target)
+    reason = tf.where(tabs > 1, tf.strings.join([tf.strings.as_string(tabs),
+                                                 " TAB separators, expected exactly 1"]), reason)
+    reason = tf.where(tf.equal(tabs, 0), "no TAB separator", reason)
+    reason = tf.where(tf.equal(tf.strings.strip(lines), ""), "empty line", reason)
+    reason = tf.where(_valid_utf8(lines), reason, "invalid UTF-8")
+    return source, target, reason
+
+
+def _compression(path: tf.Tensor) -> tf.Tensor:
+    return tf.where(tf.strings.regex_full_match(path, r".*\.gz"), "GZIP", "")
+
+
+def tsv_records(paths: Sequence[str], *, shuffle_files: bool = False, seed: int = 0,
+                repeat: bool = False, num_shards: int = 1, shard_index: int = 0,
+                cycle_length: int = 4) -> tf.data.Dataset:
+    """Streams the lines of TSV files as checked records (see `records_spec`).
+
+    Args:
+        paths: the files (plain, or gzip when named *.gz), read in this order unless shuffled.
+        shuffle_files: visit the files in a seeded order, another one on each pass.
+        seed: seed of the file order.
+        repeat: start over after the last file, forever.
+        num_shards, shard_index: keep one shard of `num_shards`: whole files when there are at
+            least as many files as shards, else every num_shards-th line (each worker of a
+            multi-worker run reads its own).
+        cycle_length: files read at once, their lines interleaved (1: one file after the
+            other, in order).
+    """
+    files = tf.data.Dataset.from_tensor_slices(list(paths))
+    by_file = num_shards > 1 and len(paths) >= num_shards
+    if by_file:
+        files = files.shard(num_shards, shard_index)
+    if shuffle_files:
+        files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        files = files.repeat()
+
+    def read(path):
+        lines = tf.data.TextLineDataset(path, compression_type=_compression(path))
+        return lines.enumerate(start=1).map(lambda number, line: (path, number, line))
+
+    cycle_length = min(cycle_length, len(paths))
+    parallel = {"num_parallel_calls": tf.data.AUTOTUNE, "deterministic": True} \
+        if cycle_length > 1 else {}
+    lines = files.interleave(read, cycle_length=cycle_length, block_length=16, **parallel)
+    if num_shards > 1 and not by_file:
+        lines = lines.shard(num_shards, shard_index)
+
+    def parse(path, number, line):
+        source, target, reason = parse_tsv_lines(line, number)
+        return {"origin": path, "line": number, "source": source, "target": target,
+                "reason": reason}
+
+    return lines.batch(1024).map(parse).unbatch()
+
+
+def pair_records(pairs: Sequence[Pair], origin: str) -> tf.data.Dataset:
+    """In-memory pairs as checked records (line = 1-based index)."""
+    sources = tf.constant([s for s, _ in pairs], tf.string)
+    targets = tf.constant([t for _, t in pairs], tf.string)
+    source, target, reason = _check_pairs(sources, targets)
+    return tf.data.Dataset.from_tensor_slices({
+        "origin": tf.fill([len(pairs)], origin),
+        "line": tf.range(1, len(pairs) + 1, dtype=tf.int64),
+        "source": source, "target": target, "reason": reason})
+
+
+def tfds_records(name: str, split: str, data_dir: str | None = None) -> tf.data.Dataset:
+    """A TensorFlow Datasets translation split, streamed as checked records (line = 1-based
+    example number). The source is the first supervised key: ``wmt14_translate/de-en`` gives
+    (de, en).
+
+    Raises:
+        ImportError: if tensorflow-datasets is not installed.
+    """
+    try:
+        import tensorflow_datasets as tfds  # lazy: a large optional dependency
+    except ImportError:
+        raise ImportError(
+            f"reading tfds:{name} needs TensorFlow Datasets: pip install tensorflow-datasets"
+        ) from None
+    origin = f"tfds:{name}[{split}]"
+    dataset = tfds.load(name, split=split, as_supervised=True, data_dir=data_dir)
+
+    def check(number, pair):
+        source, target = pair
+        source, target, reason = _check_pairs(source, target)
+        valid = _valid_utf8(pair[0]) & _valid_utf8(pair[1])
+        return {"origin": origin, "line": number, "source": source, "target": target,
+                "reason": tf.where(valid, reason, "invalid UTF-8")}
+
+    return dataset.enumerate(start=1).map(check)
+
+
+HOLDOUT_KEY_RANGE = 2 ** 62
+
+
+def holdout_key(record: dict, seed: int) -> tf.Tensor:
+    """A seeded hash of the pair's text: the pairs with the smallest keys are held out as dev
+    (when no DEV file is given), so duplicates fall on one side and files may move."""
+    text = tf.strings.join([record["source"], record["target"]], "\t")
+    return tf.strings.to_hash_bucket_strong(text, HOLDOUT_KEY_RANGE, key=[seed, 7919])
+
+
+def _stop_at_bad_record(record: dict) -> dict:
+    """Passes a good record on; fails the pipeline on a bad one with "FILE:LINE: reason"."""
+    located = tf.strings.join([DATA_ERROR_MARK, record["origin"], ":",
+                               tf.strings.as_string(record["line"]), ": ", record["reason"],
+                               DATA_ERROR_END])
+    check = tf.debugging.Assert(tf.equal(record["reason"], ""), [located])
+    with tf.control_dependencies([check]):
+        return {key: tf.identity(value) for key, value in record.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Corpus
+# ---------------------------------------------------------------------------------------------
+
+
+class Counters:
+    """Running counts of a training stream, kept in tf.Variables the pipeline increments.
+
+    Attributes:
+        skipped: bad lines skipped (with skip_bad_lines).
+        dropped: pairs dropped as longer than max_length (see `tfformer.data.make_stream`).
+    """
+
+    def __init__(self):
+        self.skipped = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_lines")
+        self.dropped = tf.Variable(0, dtype=tf.int64, trainable=False, name="dropped_pairs")
+
+    def read(self) -> dict[str, int]:
+        return {"skipped": int(self.skipped.numpy()), "dropped": int(self.dropped.numpy())}
+
+
+@dataclasses.dataclass(frozen=True)
+class Corpus:
+    """What a data spec names: a training stream and, unless held out, the dev pairs.
+
+    Attributes:
+        spec: the data spec.
+        kind: "builtin", "tsv" or "tfds".
+        files: the TSV training files (glob patterns expanded), or the builtin/tfds name.
+        dev: the dev pairs, or None when they are held out of the training files (`scan`
+            collects them).
+        holdout_threshold: pairs whose `holdout_key` is at most this are held out of the
+            training stream (what `scan` found; needed when dev is None).
+        swap: source and target are swapped (reverse:SPEC).
+        seed: seed of the built-in corpus and of the hold-out hash.
+        builtin_size: training pairs of the built-in corpus (None: all).
+    """
+
+    spec: str
+    kind: str
+    files: tuple[str, ...]
+    dev: ParallelText | None
+    swap: bool = False
+    seed: int = 0
+    builtin_size: int | None = None
+    holdout_threshold: int | None = None
+
+    @property
+    def holds_out_dev(self) -> bool:
+        return self.dev is None
+
+    def records(self, *, shuffle_files: bool = False, seed: int = 0, repeat: bool = False,
+                num_shards: int = 1, shard_index: int = 0,
+                in_order: bool = False) -> tf.data.Dataset:
+        """The training side as checked records {origin, line, source, target, reason}, held-out
+        dev pairs included (`train_pairs` leaves them out); `in_order`: file after file."""
+        if self.kind == "tsv":
+            records = tsv_records(self.files, shuffle_files=shuffle_files, seed=seed,
+                                  repeat=repeat, num_shards=num_shards, shard_index=shard_index,
+                                  cycle_length=1 if in_order else 4)
+        else:
+            if self.kind == "builtin":
+                records = pair_records(
+                    builtin_corpus.builtin_pairs("train", self.builtin_size, self.seed),
+                    "builtin:train")
+            else:
+                records = tfds_records(self.files[0], "train")
+            if num_shards > 1:
+                records = records.shard(num_shards, shard_index)
+            if repeat:
+                records = records.repeat()
+        if self.swap:
+            records = records.map(lambda r: {**r, "source": r["target"], "target": r["source"]})
+        return records
+
+    def train_pairs(self, *, skip_bad_lines: bool = False, counters: Counters | None = None,
+                    shuffle_files: bool = False, seed: int = 0, repeat: bool = False,
+                    num_shards: int = 1, shard_index: int = 0) -> tf.data.Dataset:
+        """The training stream: (source, target) strings of the good, not held-out pairs.
+
+        A bad line fails the iteration with an error that `DataError.from_graph_error` turns
+        into a DataError naming its file and line; with `skip_bad_lines` it is skipped and
+        counted in `counters.skipped`.
+        """
+        records = self.records(shuffle_files=shuffle_files, seed=seed, repeat=repeat,
+                               num_shards=num_shards, shard_index=shard_index)
+        if skip_bad_lines:
+            def good(record):
+                ok = tf.equal(record["reason"], "")
+                if counters is not None:
+                    with tf.control_dependencies(
+                            [counters.skipped.assign_add(1 - tf.cast(ok, tf.int64))]):
+                        ok = tf.identity(ok)
+                return ok
+
+            records = records.filter(good)
+        else:
+            records = records.map(_stop_at_bad_record)
+        if self.holds_out_dev:
+            if self.holdout_threshold is None:
+                raise ValueError("a corpus that holds out its dev set needs the "
+                                 "holdout_threshold its scan found")
+            records = records.filter(
+                lambda r: holdout_key(r, self.seed) > self.holdout_threshold)
+        return records.map(lambda r: (r["source"], r["target"]))
+
+
+def _expand(pattern: str, spec: str) -> list[str]:
+    if glob.has_magic(pattern):
+        matches = sorted(glob.glob(pattern))
+        if not matches:
+            raise DataError(pattern, None, f"no file matches this pattern (data spec {spec!r})")
+        return matches
+    if not os.path.exists(pattern):
+        raise DataError(pattern, None, f"no such file (data spec {spec!r})")
+    return [pattern]
+
+
+def _check_not_empty(path: str) -> None:
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        while True:
+            chunk = f.read(1 << 16)
+            if not chunk:
+                raise DataError(path, None, "empty file")
+            if chunk.strip():
+                return
+
+
+def open_corpus(spec: str, *, skip_bad_lines: bool = False, seed: int = 0) -> Corpus:
+    """Parses a data spec (see the module docstring); reads only the dev side.
+
+    Raises:
+        ValueError: a malformed spec. DataError: a missing or empty file, or a bad dev line.
+        ImportError: tfds: without tensorflow-datasets.
+    """
+    kind, _, rest = spec.partition(":")
+    if kind == "reverse":
+        inner = open_corpus(rest, skip_bad_lines=skip_bad_lines, seed=seed)
+        dev = None if inner.dev is None else ParallelText(
+            [(t, s) for s, t in inner.dev.pairs], inner.dev.path, inner.dev.skipped)
+        return dataclasses.replace(inner, spec=spec, dev=dev, swap=not inner.swap)
+    if kind == "builtin":
+        size = None
+        if rest:
+            size = int(rest) if rest.isdigit() else -1
+            if size < 1:
+                raise ValueError(f"data spec {spec!r}: N in builtin:N must be a positive integer")
+        dev = ParallelText(builtin_corpus.builtin_pairs("dev", None, seed), "builtin:dev")
+        return Corpus(spec, "builtin", ("builtin",), dev, seed=seed, builtin_size=size)
+    if kind == "tsv":
+        parts = rest.split(",") if rest else []
+        if not 1 <= len(parts) <= 2 or not all(parts) or not all(parts[0].split("+")):
+            raise ValueError(f"data spec {spec!r}: expected tsv:TRAIN[,DEV], TRAIN one or more "
+                             "files or glob patterns joined by +")
+        files = [path for pattern in parts[0].split("+") for path in _expand(pattern, spec)]
+        for path in files:
+            _check_not_empty(path)
+        dev = None
+        if len(parts) == 2:
+            dev_files = _expand(parts[1], spec)
+            if len(dev_files) > 1:
+                raise ValueError(f"data spec {spec!r}: DEV must be one file, {parts[1]!r} "
+                                 f"matches {len(dev_files)}")
+            dev = read_tsv(dev_files[0], skip_bad_lines=skip_bad_lines)
+        return Corpus(spec, "tsv", tuple(files), dev, seed=seed)
+    if kind == "tfds":
+        if not rest:
+            raise ValueError(
+                f"data spec {spec!r}: expected tfds:NAME, e.g. tfds:ted_hrlr_translate/pt_to_en")
+        dev = _collect(tfds_records(rest, TFDS_DEV_SPLIT), f"tfds:{rest}[{TFDS_DEV_SPLIT}]",
+                       skip_bad_lines)
+        return Corpus(spec, "tfds", (rest,), dev, seed=seed)
+    raise ValueError(f"data spec {spec!r}: expected builtin[:N], tsv:TRAIN[,DEV] or tfds:NAME")
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading into memory (dev and test sets) and the one pass over the training side
+# ---------------------------------------------------------------------------------------------
+
+
+def _record_batches(records: tf.data.Dataset) -> Iterator[dict[str, np.ndarray]]:
+    for batch in records.batch(_SCAN_BATCH).prefetch(2).as_numpy_iterator():
+        yield batch
+
+
+def _decode(values: np.ndarray) -> list[str]:
+    return [value.decode("utf-8") for value in values]
+
+
+def _collect(records: tf.data.Dataset, origin: str, skip_bad_lines: bool) -> ParallelText:
+    pairs: list[Pair] = []
+    skipped: list[tuple[int, str]] = []
+    for batch in _record_batches(records):
+        bad = batch["reason"] != b""
+        if bad.any():
+            first = int(np.argmax(bad))
+            if not skip_bad_lines:
+                raise DataError(origin, int(batch["line"][first]),
+                                batch["reason"][first].decode())
+            skipped += [(int(n), r.decode()) for n, r in
+                        zip(batch["line"][bad], batch["reason"][bad])]
+        good = ~bad
+        pairs += zip(_decode(batch["source"][good]), _decode(batch["target"][good]))
+    if not pairs:
+        raise DataError(origin, None, f"no valid line ({len(skipped)} bad lines skipped)")
+    return ParallelText(pairs, origin, skipped)
+
+
+def read_tsv(path: str | os.PathLike, *, skip_bad_lines: bool = False) -> ParallelText:
+    """Reads a (dev or test) file of ``source<TAB>target`` lines into memory, by the rules of
+    `parse_tsv_lines` (plain, or gzip when named *.gz).
+
+    Raises:
+        DataError: on the first bad line (unless skip_bad_lines), for an empty file, and for a
+            file with no valid line at all.
+        OSError: if the file cannot be read.
+    """
+    name = os.fspath(path)
+    if not os.path.exists(name):
+        raise FileNotFoundError(f"{name}: no such file")
+    _check_not_empty(name)
+    return _collect(tsv_records([name]), name, skip_bad_lines)
+
+
+def read_tfds(name: str, split: str = "train", *, skip_bad_lines: bool = False,
+              data_dir: str | None = None) -> ParallelText:
+    """Reads a TensorFlow Datasets translation split into memory (see `tfds_records`)."""
+    return _collect(tfds_records(name, split, data_dir), f"tfds:{name}[{split}]",
+                    skip_bad_lines)
+
+
+@dataclasses.dataclass(frozen=True)
+class Scan:
+    """What one ordered pass over the training side found.
+
+    Attributes:
+        num_pairs: good training pairs (held-out ones not included).
+        num_bad: bad lines skipped.
+        bad_lines: ("FILE:LINE", reason) of the first bad lines skipped (at most 20).
+        sample: the vocabulary sample: sentences of a uniform random sample of the good pairs
+            (both sides), at most `sample_sentences`.
+        dev: the held-out dev pairs, or None (DEV given).
+        holdout_threshold: the `holdout_key` bound of the held-out pairs (see Corpus), or None.
+        num_held_out: pairs held out of training (duplicates of dev pairs included).
+    """
+
+    num_pairs: int
+    num_bad: int
+    bad_lines: list[tuple[str, str]]
+    sample: list[str]
+    dev: ParallelText | None
+    holdout_threshold: int | None
+    num_held_out: int
+
+
+class _BottomK:
+    """The k items with the smallest keys seen so far, in O(k) memory (bottom-k sampling)."""
+
+    def __init__(self, k: int, key_dtype=np.float64):
+        self.k = k
+        self.keys = np.zeros([0], key_dtype)
+        self.sources = np.zeros([0], object)
+        self.targets = np.zeros([0], object)
+
+    def offer(self, keys: np.ndarray, sources: np.ndarray, targets: np.ndarray) -> None:
+        if len(self.keys) >= self.k:  # only keys below the current k-th can enter
+            below = keys < self.keys.max()
+            keys, sources, targets = keys[below], sources[below], targets[below]
+        if not len(keys):
+            return
+        self.keys = np.concatenate([self.keys, keys])
+        self.sources = np.concatenate([self.sources, sources])
+        self.targets = np.concatenate([self.targets, targets])
+        if len(self.keys) > self.k:
+            chosen = np.argpartition(self.keys, self.k - 1)[:self.k]
+            self.keys, self.sources, self.targets = (
+                self.keys[chosen], self.sources[chosen], self.targets[chosen])
+
+    def sorted(self) -> tuple[np.ndarray, list[str], list[str]]:
+        order = np.argsort(self.keys, kind="stable")
+        return self.keys[order], _decode(self.sources[order]), _decode(self.targets[order])
+
+
+def scan(corpus: Corpus, *, sample_sentences: int, skip_bad_lines: bool = False,
+         seed: int = 0) -> Scan:
+    """Reads the training side once, in file order, in bounded memory (see the module doc).
+
+    The vocabulary sample is uniform over the good pairs: each gets a seeded random key and the
+    pairs with the smallest keys are kept. Without a DEV file, the pairs with the smallest
+    `holdout_key` are held out: HOLDOUT_FRACTION of the pairs, at least 1 and at most
+    MAX_HOLDOUT, found the same way.
+
+    Raises:
+        DataError: on the first bad line (unless skip_bad_lines), or if no line is good.
+    """
+    if sample_sentences < 2:
+        raise ValueError(f"sample_sentences must be >= 2, got {sample_sentences}")
+    rng = np.random.default_rng(seed)
+    sample = _BottomK((sample_sentences + 1) // 2)  # pairs: a source and a target sentence each
+    held_out = _BottomK(MAX_HOLDOUT, np.int64) if corpus.holds_out_dev else None
+    num_pairs = num_bad = 0
+    bad_lines: list[tuple[str, str]] = []
+    records = corpus.records(in_order=True)
+    if held_out is not None:
+        records = records.map(lambda r: {**r, "holdout_key": holdout_key(r, corpus.seed)})
+    for batch in _record_batches(records):
+        bad = batch["reason"] != b""
+        if bad.any():
+            if not skip_bad_lines:
+                first = int(np.argmax(bad))
+                raise DataError(batch["origin"][first].decode(), int(batch["line"][first]),
+                                batch["reason"][first].decode())
+            num_bad += int(bad.sum())
+            for origin, line, reason in zip(batch["origin"][bad], batch["line"][bad],
+                                            batch["reason"][bad]):
+                if len(bad_lines) < 20:
+                    bad_lines.append((f"{origin.decode()}:{line}", reason.decode()))
+        good = ~bad
+        num_pairs += int(good.sum())
+        sources, targets = batch["source"][good], batch["target"][good]
+        sample.offer(rng.random(len(sources)), sources, targets)
+        if held_out is not None:
+            held_out.offer(batch["holdout_key"][good], sources, targets)
+    if not num_pairs:
+        raise DataError(", ".join(corpus.files), None,
+                        f"no valid training line ({num_bad} bad lines skipped)")
+    dev = threshold = None
+    num_held_out = 0
+    if held_out is not None:
+        if num_pairs < 2:
+            raise DataError(", ".join(corpus.files), None,
+                            "need at least 2 pairs to hold out a dev set")
+        wanted = min(MAX_HOLDOUT, max(1, round(num_pairs * HOLDOUT_FRACTION)))
+        keys, sources, targets = held_out.sorted()
+        threshold = int(keys[wanted - 1])
+        num_held_out = int((keys <= threshold).sum())
+        dev = ParallelText(list(dict.fromkeys(zip(sources[:wanted], targets[:wanted]))),
+                           f"{corpus.spec} (held out)")
+    _, sources, targets = sample.sorted()  # in key order: deterministic for a seed
+    sentences = [sentence for pair in zip(sources, targets) for sentence in pair]
+    return Scan(num_pairs - num_held_out, num_bad, bad_lines, sentences[:sample_sentences], dev,
+                threshold, num_held_out)

@@ -1,0 +1,187 @@
+"""The data side of a training run: the one scan, the vocabulary, the dev set, the stream.
+
+On a new run the chief reads the training side once (`tfformer.corpus.scan`): it fails on the
+first bad line before any training, counts the pairs, keeps the held-out dev pairs in
+``RUN/dev.tsv`` and trains the vocabulary on a bounded sample. What it found goes to
+``RUN/data.json``, which also caches the batches per pass that `--epochs` needs, so that count is
+made once per run. A resumed run or another worker reads these files and never scans again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import time
+
+import keras
+import tensorflow as tf
+
+from tfformer.corpus import Corpus, Counters, ParallelText, open_corpus, read_tsv, scan
+from tfformer.data import make_stream
+from tfformer.files import atomic_write_text
+from tfformer.run_dir import RunDir
+from tfformer.tokenizer import Tokenizer
+
+logger = logging.getLogger(__name__)
+
+
+def _file_signature(corpus: Corpus) -> list:
+    if corpus.kind != "tsv":
+        return [corpus.spec]
+    return [[path, os.path.getsize(path), int(os.path.getmtime(path))] for path in corpus.files]
+
+
+def read_stats(run: RunDir) -> dict:
+    """RUN/data.json: what the scan found, and the cached batches per pass ({} if absent)."""
+    if not os.path.exists(run.data_stats):
+        return {}
+    with open(run.data_stats, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _write_stats(run: RunDir, stats: dict) -> None:
+    atomic_write_text(run.data_stats, json.dumps(stats, indent=2))
+
+
+def wait_for_file(path: str, timeout: float) -> None:
+    """Waits until another process (the chief) has written `path`."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise FileNotFoundError(f"{path} did not appear within {timeout:.0f} s")
+        time.sleep(0.2)
+
+
+@dataclasses.dataclass
+class RunData:
+    """A run's corpus, vocabulary and dev set."""
+
+    corpus: Corpus
+    tokenizer: Tokenizer
+    dev: ParallelText
+
+
+def prepare(run: RunDir, *, chief: bool, data: str, skip_bad_lines: bool, seed: int,
+            vocab_size: int, vocab_sample: int) -> RunData:
+    """Opens the corpus and gets the run's vocabulary and dev set: from the run directory when
+    it has them, else (chief only) by scanning the training side once. Other workers wait for
+    the chief's files.
+
+    Raises:
+        DataError: a bad line (unless skip_bad_lines), a missing or empty file.
+        ValueError: a malformed data spec.
+    """
+    corpus = open_corpus(data, skip_bad_lines=skip_bad_lines, seed=seed)
+    held_out = corpus.holds_out_dev
+    if not chief:
+        wait_for_file(run.tokenizer, timeout=600)  # written after dev.tsv and data.json
+    elif not os.path.exists(run.tokenizer) or (
+            held_out and "holdout_threshold" not in read_stats(run)):
+        started = time.monotonic()
+        found = scan(corpus, skip_bad_lines=skip_bad_lines, sample_sentences=vocab_sample,
+                     seed=seed)
+        seconds = time.monotonic() - started
+        logger.info("data: %s: %d training pairs%s%s, read in %.1f s", corpus.spec,
+                    found.num_pairs, f", {found.num_bad} bad line(s) skipped"
+                    if found.num_bad else "",
+                    f", {found.num_held_out} held out" if held_out else "", seconds)
+        for where, reason in found.bad_lines:
+            logger.warning("data: skipped %s: %s", where, reason)
+        if found.dev is not None:
+            atomic_write_text(run.held_out_dev, "".join(
+                f"{source}\t{target}\n" for source, target in found.dev.pairs))
+            logger.info("dev: %d held-out pairs, kept in %s", len(found.dev), run.held_out_dev)
+        _write_stats(run, {**read_stats(run), "spec": corpus.spec,
+                           "files": _file_signature(corpus), "pairs": found.num_pairs,
+                           "bad_lines": found.num_bad, "held_out": found.num_held_out,
+                           "holdout_threshold": found.holdout_threshold,
+                           "scan_seconds": round(seconds, 1)})
+        if not os.path.exists(run.tokenizer):
+            # §5.1: one vocabulary shared by source and target, learned from both sides.
+            started = time.monotonic()
+            tokenizer = Tokenizer.train(found.sample, vocab_size, seed=seed)
+            tokenizer.save(run.tokenizer)
+            logger.info("tokenizer: trained %d ids (asked for %d) on %d sampled sentences in "
+                        "%.1f s, saved %s", tokenizer.vocab_size, vocab_size, len(found.sample),
+                        time.monotonic() - started, run.tokenizer)
+    if held_out:
+        corpus = dataclasses.replace(
+            corpus, holdout_threshold=read_stats(run)["holdout_threshold"])
+    tokenizer = Tokenizer.from_file(run.tokenizer)
+    dev = corpus.dev if not held_out else read_tsv(run.held_out_dev)
+    logger.info("data: dev: %d pairs from %s", len(dev), dev.path)
+    return RunData(corpus, tokenizer, dev)
+
+
+def training_batches(data: RunData, *, batch_tokens: int, max_length: int, seed: int,
+                     skip_bad_lines: bool = False, batch_multiple: int = 1,
+                     num_workers: int = 1, worker_index: int = 0,
+                     shuffle_buffer_size: int = 100_000,
+                     counters: Counters | None = None) -> tf.data.Dataset:
+    """The endless training batches of this worker: its shard of the files (or lines),
+    shuffled by file and in a bounded buffer, tokenized and bucketed in the graph."""
+    pairs = data.corpus.train_pairs(
+        skip_bad_lines=skip_bad_lines, counters=counters, shuffle_files=True, seed=seed,
+        repeat=True, num_shards=num_workers, shard_index=worker_index)
+    batches = make_stream(pairs, data.tokenizer, batch_tokens=batch_tokens,
+                          max_length=max_length, counters=counters, seed=seed,
+                          shuffle_buffer_size=shuffle_buffer_size,
+                          batch_multiple=batch_multiple)
+    if num_workers > 1:
+        # Each worker reads its own shard already: tf.distribute must not shard it again.
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = (
+            tf.data.experimental.AutoShardPolicy.OFF)
+        batches = batches.with_options(options)
+    return batches
+
+
+def batches_per_pass(run: RunDir, data: RunData, *, batch_tokens: int, max_length: int,
+                     skip_bad_lines: bool, batch_multiple: int, write_cache: bool = True) -> int:
+    """Batches in one pass over the training side (what `--epochs` counts in), counted once by
+    running the pipeline over the data and cached in RUN/data.json (by the chief only:
+    `write_cache`)."""
+    key = f"batch_tokens={batch_tokens},max_length={max_length},multiple={batch_multiple}," \
+          f"vocab={data.tokenizer.vocab_size}"
+    stats = read_stats(run)
+    signature = _file_signature(data.corpus)
+    cached = stats.get("batches_per_pass", {})
+    if stats.get("files") == signature and key in cached:
+        return cached[key]
+    started = time.monotonic()
+    batches = make_stream(
+        data.corpus.train_pairs(skip_bad_lines=skip_bad_lines), data.tokenizer,
+        batch_tokens=batch_tokens, max_length=max_length, shuffle_buffer_size=0,
+        batch_multiple=batch_multiple)
+    count = int(batches.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
+    logger.info("data: one pass is %d batches (counted in %.1f s, cached in %s)", count,
+                time.monotonic() - started, run.data_stats)
+    if not write_cache:
+        return count
+    if stats.get("files") != signature:
+        stats = {"files": signature}
+    _write_stats(run, {**stats, "batches_per_pass": {**stats.get("batches_per_pass", {}),
+                                                     key: count}})
+    return count
+
+
+class LogDataCounters(keras.callbacks.Callback):
+    """Logs, after each epoch, the bad lines skipped and the over-length pairs dropped by the
+    training stream during that epoch."""
+
+    def __init__(self, counters: Counters, max_length: int):
+        super().__init__()
+        self.counters = counters
+        self.max_length = max_length
+        self._last = counters.read()
+
+    def on_epoch_end(self, epoch, logs=None):
+        now = self.counters.read()
+        dropped = now["dropped"] - self._last["dropped"]
+        skipped = now["skipped"] - self._last["skipped"]
+        self._last = now
+        logger.info("epoch %d: the stream dropped %d pair(s) longer than %d tokens%s",
+                    epoch + 1, dropped, self.max_length,
+                    f" and skipped {skipped} bad line(s)" if skipped else "")
