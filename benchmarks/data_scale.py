@@ -11,8 +11,11 @@
 3. In another fresh process, the input pipeline alone, as `tfformer-train` builds it for the
    base model (`run_data.training_batches`: 25000-token batches, max length 256, 100k shuffle
    buffer): time from nothing to the first batch, then steady-state batches/s; its peak RSS.
-4. In a third, the base model's training step on batches of that pipeline: the rate the
-   pipeline must beat (by 5x, issue 10).
+4. In a third, the base model's training step on batches of the same pipeline: the rate the
+   pipeline must beat (by 5x, issue 10), compared in tokens per second. The base model's step
+   on 25000-token batches does not fit in this machine's 24 GB (logits alone are 25000 x 37000
+   floats, 3.7 GB, several times over with softmax and gradients: the kernel kills it), so it
+   is measured on 4096-token batches (`--model-batch-tokens`).
 
 Ratios and times come from one run on one machine. JSON on stdout, progress on stderr.
 """
@@ -168,9 +171,13 @@ def measure_model(spec: str, out: str, batch_tokens: int, steps: int) -> dict:
 
     model.fit(stream, epochs=1, steps_per_epoch=steps + 1, verbose=0, callbacks=[Timer()])
     seconds = sum(times[1:]) / len(times[1:])  # the first step traces the graph
-    return {"model": "base", "params": model.count_params(), "timed_steps": len(times) - 1,
-            "seconds_per_step": round(seconds, 2),
-            "batches_per_second": round(1 / seconds, 4)}
+    tokens = 0
+    for (source, _), target in stream.skip(1).take(len(times) - 1):
+        tokens += int((source.numpy() != 0).sum() + (target.numpy() != 0).sum())
+    return {"model": "base", "params": model.count_params(), "batch_tokens": batch_tokens,
+            "timed_steps": len(times) - 1, "seconds_per_step": round(seconds, 2),
+            "tokens_per_second": round(tokens / (len(times) - 1) / seconds),
+            "peak_rss_mb": round(peak_rss_mb())}
 
 
 def in_fresh_process(what: str, **kwargs) -> dict:
@@ -193,7 +200,9 @@ def main(argv=None) -> int:
     parser.add_argument("--vocab-sample", type=int, default=1_000_000)
     parser.add_argument("--batch-tokens", type=int, default=25000, help="paper §5.1: ~25000")
     parser.add_argument("--batches", type=int, default=200, help="timed pipeline batches")
-    parser.add_argument("--model-steps", type=int, default=2, help="timed base-model steps")
+    parser.add_argument("--model-steps", type=int, default=3, help="timed base-model steps")
+    parser.add_argument("--model-batch-tokens", type=int, default=4096,
+                        help="the base model's batches (25000 do not fit in 24 GB on a CPU)")
     parser.add_argument("--measure", help=argparse.SUPPRESS)
     parser.add_argument("--kwargs", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -204,6 +213,8 @@ def main(argv=None) -> int:
         print(json.dumps(function(**json.loads(args.kwargs))))
         return 0
 
+    if args.dir:
+        os.makedirs(args.dir, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.dir) as directory:
         started = time.monotonic()
         paths = write_corpus(directory, args.pairs, args.shards)
@@ -219,21 +230,22 @@ def main(argv=None) -> int:
         pipeline = in_fresh_process("pipeline", spec=spec, out=out,
                                     batch_tokens=args.batch_tokens, batches=args.batches)
         log(f"pipeline: {pipeline}")
-        model = in_fresh_process("model", spec=spec, out=out, batch_tokens=args.batch_tokens,
-                                 steps=args.model_steps)
+        model = in_fresh_process("model", spec=spec, out=out,
+                                 batch_tokens=args.model_batch_tokens, steps=args.model_steps)
         log(f"model: {model}")
     import tensorflow as tf
 
     report = {
         "machine": f"{os.cpu_count()} CPU cores", "tensorflow": tf.__version__,
         "corpus": corpus, "vocabulary": vocabulary, "pipeline": pipeline, "base_model": model,
-        "pipeline_vs_base_model": round(pipeline["batches_per_second"]
-                                        / model["batches_per_second"], 1),
+        # Tokens (source + target, no padding) per second: the batch sizes differ.
+        "pipeline_vs_base_model": round(pipeline["tokens_per_second"]
+                                        / model["tokens_per_second"], 1),
         "targets": {"first_batch_under_60_s": pipeline["first_batch_seconds"] < 60,
-                    "peak_rss_under_2_gb": max(pipeline["peak_rss_mb"],
-                                               vocabulary["peak_rss_mb"]) < 2048,
-                    "pipeline_at_least_5x_the_model": pipeline["batches_per_second"]
-                    >= 5 * model["batches_per_second"]},
+                    "pipeline_peak_rss_under_2_gb": pipeline["peak_rss_mb"] < 2048,
+                    "vocabulary_peak_rss_under_2_gb": vocabulary["peak_rss_mb"] < 2048,
+                    "pipeline_at_least_5x_the_model": pipeline["tokens_per_second"]
+                    >= 5 * model["tokens_per_second"]},
     }
     print(json.dumps(report, indent=1))
     return 0

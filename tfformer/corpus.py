@@ -40,7 +40,7 @@ TFDS_DEV_SPLIT = "validation"  # newstest2013 for wmt14_translate
 # A bad line found inside the tf.data graph fails it with MARK + "FILE:LINE: reason" + END.
 DATA_ERROR_MARK = "tfformer data error: "
 DATA_ERROR_END = " (end of tfformer data error)"
-_SCAN_BATCH = 8192
+RECORD_BATCH = 1024  # lines checked per graph call
 
 
 class DataError(ValueError):
@@ -154,10 +154,16 @@ def _compression(path: tf.Tensor) -> tf.Tensor:
     return tf.where(tf.strings.regex_full_match(path, r".*\.gz"), "GZIP", "")
 
 
+def shards_by_file(num_files: int, num_shards: int) -> bool:
+    """Whether `num_shards` readers split the data by whole files (else by lines): when every
+    reader gets at least one file."""
+    return num_files >= num_shards
+
+
 def tsv_records(paths: Sequence[str], *, shuffle_files: bool = False, seed: int = 0,
                 repeat: bool = False, num_shards: int = 1, shard_index: int = 0,
                 cycle_length: int = 4) -> tf.data.Dataset:
-    """Streams the lines of TSV files as checked records (see `records_spec`).
+    """Streams the lines of TSV files as batches of checked records (see `Corpus.records`).
 
     Args:
         paths: the files (plain, or gzip when named *.gz), read in this order unless shuffled.
@@ -165,14 +171,14 @@ def tsv_records(paths: Sequence[str], *, shuffle_files: bool = False, seed: int 
         seed: seed of the file order.
         repeat: start over after the last file, forever.
         num_shards, shard_index: keep one shard of `num_shards`: whole files when there are at
-            least as many files as shards, else every num_shards-th line (each worker of a
-            multi-worker run reads its own).
-        cycle_length: files read at once, their lines interleaved (1: one file after the
+            least as many files as shards, else every num_shards-th line of each file (each
+            worker of a multi-worker run reads its own).
+        cycle_length: files read at once, their batches interleaved (1: one file after the
             other, in order).
     """
     files = tf.data.Dataset.from_tensor_slices(list(paths))
-    by_file = num_shards > 1 and len(paths) >= num_shards
-    if by_file:
+    by_file = shards_by_file(len(paths), num_shards)
+    if num_shards > 1 and by_file:
         files = files.shard(num_shards, shard_index)
     if shuffle_files:
         files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
@@ -181,38 +187,45 @@ def tsv_records(paths: Sequence[str], *, shuffle_files: bool = False, seed: int 
 
     def read(path):
         lines = tf.data.TextLineDataset(path, compression_type=_compression(path))
-        return lines.enumerate(start=1).map(lambda number, line: (path, number, line))
+        lines = lines.enumerate(start=1)
+        if num_shards > 1 and not by_file:
+            lines = lines.shard(num_shards, shard_index)
+
+        def parse(numbers, batch):
+            # The checks run on whole batches: per-line work stays in TensorFlow's kernels.
+            source, target, reason = parse_tsv_lines(batch, numbers)
+            return {"origin": tf.fill(tf.shape(batch), path), "line": numbers,
+                    "source": source, "target": target, "reason": reason}
+
+        return lines.batch(RECORD_BATCH).map(parse)
 
     cycle_length = min(cycle_length, len(paths))
     parallel = {"num_parallel_calls": tf.data.AUTOTUNE, "deterministic": True} \
         if cycle_length > 1 else {}
-    lines = files.interleave(read, cycle_length=cycle_length, block_length=16, **parallel)
-    if num_shards > 1 and not by_file:
-        lines = lines.shard(num_shards, shard_index)
+    return files.interleave(read, cycle_length=cycle_length, block_length=1, **parallel)
 
-    def parse(path, number, line):
-        source, target, reason = parse_tsv_lines(line, number)
-        return {"origin": path, "line": number, "source": source, "target": target,
-                "reason": reason}
 
-    return lines.batch(1024).map(parse).unbatch()
+def _check_records(records: dict) -> dict:
+    source, target, reason = _check_pairs(records["source"], records["target"])
+    return {**records, "source": source, "target": target,
+            "reason": tf.where(tf.equal(records["reason"], ""), reason, records["reason"])}
 
 
 def pair_records(pairs: Sequence[Pair], origin: str) -> tf.data.Dataset:
-    """In-memory pairs as checked records (line = 1-based index)."""
-    sources = tf.constant([s for s, _ in pairs], tf.string)
-    targets = tf.constant([t for _, t in pairs], tf.string)
-    source, target, reason = _check_pairs(sources, targets)
+    """In-memory pairs as records, one element per pair (line = 1-based index); `Corpus.records`
+    batches and checks them."""
     return tf.data.Dataset.from_tensor_slices({
         "origin": tf.fill([len(pairs)], origin),
         "line": tf.range(1, len(pairs) + 1, dtype=tf.int64),
-        "source": source, "target": target, "reason": reason})
+        "source": tf.constant([s for s, _ in pairs], tf.string),
+        "target": tf.constant([t for _, t in pairs], tf.string),
+        "reason": tf.fill([len(pairs)], "")})
 
 
 def tfds_records(name: str, split: str, data_dir: str | None = None) -> tf.data.Dataset:
-    """A TensorFlow Datasets translation split, streamed as checked records (line = 1-based
-    example number). The source is the first supervised key: ``wmt14_translate/de-en`` gives
-    (de, en).
+    """A TensorFlow Datasets translation split as records, one element per example (line =
+    1-based example number). The source is the first supervised key: ``wmt14_translate/de-en``
+    gives (de, en). Invalid UTF-8 is marked here; `batch_records` checks the rest.
 
     Raises:
         ImportError: if tensorflow-datasets is not installed.
@@ -226,14 +239,18 @@ def tfds_records(name: str, split: str, data_dir: str | None = None) -> tf.data.
     origin = f"tfds:{name}[{split}]"
     dataset = tfds.load(name, split=split, as_supervised=True, data_dir=data_dir)
 
-    def check(number, pair):
+    def record(number, pair):
         source, target = pair
-        source, target, reason = _check_pairs(source, target)
-        valid = _valid_utf8(pair[0]) & _valid_utf8(pair[1])
+        valid = _valid_utf8(source) & _valid_utf8(target)
         return {"origin": origin, "line": number, "source": source, "target": target,
-                "reason": tf.where(valid, reason, "invalid UTF-8")}
+                "reason": tf.where(valid, "", "invalid UTF-8")}
 
-    return dataset.enumerate(start=1).map(check)
+    return dataset.enumerate(start=1).map(record)
+
+
+def batch_records(records: tf.data.Dataset) -> tf.data.Dataset:
+    """Record elements -> checked record batches, as `tsv_records` yields them."""
+    return records.batch(RECORD_BATCH).map(_check_records)
 
 
 HOLDOUT_KEY_RANGE = 2 ** 62
@@ -246,14 +263,18 @@ def holdout_key(record: dict, seed: int) -> tf.Tensor:
     return tf.strings.to_hash_bucket_strong(text, HOLDOUT_KEY_RANGE, key=[seed, 7919])
 
 
-def _stop_at_bad_record(record: dict) -> dict:
-    """Passes a good record on; fails the pipeline on a bad one with "FILE:LINE: reason"."""
-    located = tf.strings.join([DATA_ERROR_MARK, record["origin"], ":",
-                               tf.strings.as_string(record["line"]), ": ", record["reason"],
-                               DATA_ERROR_END])
-    check = tf.debugging.Assert(tf.equal(record["reason"], ""), [located])
+def _stop_at_bad_records(records: dict) -> dict:
+    """Passes a batch of good records on; fails the pipeline at the first bad one with
+    MARK + "FILE:LINE: reason" + END."""
+    bad = tf.not_equal(records["reason"], "")
+    first = tf.argmax(tf.cast(bad, tf.int32), output_type=tf.int32)
+    located = tf.strings.join([
+        DATA_ERROR_MARK, tf.gather(records["origin"], first), ":",
+        tf.strings.as_string(tf.gather(records["line"], first)), ": ",
+        tf.gather(records["reason"], first), DATA_ERROR_END])
+    check = tf.debugging.Assert(tf.logical_not(tf.reduce_any(bad)), [located])
     with tf.control_dependencies([check]):
-        return {key: tf.identity(value) for key, value in record.items()}
+        return {key: tf.identity(value) for key, value in records.items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -307,26 +328,33 @@ class Corpus:
     def holds_out_dev(self) -> bool:
         return self.dev is None
 
+    def shard_unit(self, num_shards: int) -> str:
+        """"file" or "line": how `num_shards` workers split the training side."""
+        return "file" if self.kind == "tsv" and shards_by_file(len(self.files), num_shards) \
+            else "line"
+
     def records(self, *, shuffle_files: bool = False, seed: int = 0, repeat: bool = False,
                 num_shards: int = 1, shard_index: int = 0,
                 in_order: bool = False) -> tf.data.Dataset:
-        """The training side as checked records {origin, line, source, target, reason}, held-out
-        dev pairs included (`train_pairs` leaves them out); `in_order`: file after file."""
+        """The training side as batches of checked records: dicts of [n] tensors origin, line,
+        source, target (stripped) and reason ("" for a good pair), held-out dev pairs included
+        (`train_pairs` leaves them out); `in_order`: file after file."""
         if self.kind == "tsv":
             records = tsv_records(self.files, shuffle_files=shuffle_files, seed=seed,
                                   repeat=repeat, num_shards=num_shards, shard_index=shard_index,
                                   cycle_length=1 if in_order else 4)
         else:
             if self.kind == "builtin":
-                records = pair_records(
+                elements = pair_records(
                     builtin_corpus.builtin_pairs("train", self.builtin_size, self.seed),
                     "builtin:train")
             else:
-                records = tfds_records(self.files[0], "train")
+                elements = tfds_records(self.files[0], "train")
             if num_shards > 1:
-                records = records.shard(num_shards, shard_index)
+                elements = elements.shard(num_shards, shard_index)
             if repeat:
-                records = records.repeat()
+                elements = elements.repeat()
+            records = batch_records(elements)
         if self.swap:
             records = records.map(lambda r: {**r, "source": r["target"], "target": r["source"]})
         return records
@@ -340,27 +368,25 @@ class Corpus:
         into a DataError naming its file and line; with `skip_bad_lines` it is skipped and
         counted in `counters.skipped`.
         """
+        if self.holds_out_dev and self.holdout_threshold is None:
+            raise ValueError("a corpus that holds out its dev set needs the holdout_threshold "
+                             "its scan found")
         records = self.records(shuffle_files=shuffle_files, seed=seed, repeat=repeat,
                                num_shards=num_shards, shard_index=shard_index)
-        if skip_bad_lines:
-            def good(record):
-                ok = tf.equal(record["reason"], "")
-                if counters is not None:
-                    with tf.control_dependencies(
-                            [counters.skipped.assign_add(1 - tf.cast(ok, tf.int64))]):
-                        ok = tf.identity(ok)
-                return ok
+        if not skip_bad_lines:
+            records = records.map(_stop_at_bad_records)
 
-            records = records.filter(good)
-        else:
-            records = records.map(_stop_at_bad_record)
-        if self.holds_out_dev:
-            if self.holdout_threshold is None:
-                raise ValueError("a corpus that holds out its dev set needs the "
-                                 "holdout_threshold its scan found")
-            records = records.filter(
-                lambda r: holdout_key(r, self.seed) > self.holdout_threshold)
-        return records.map(lambda r: (r["source"], r["target"]))
+        def keep(batch):
+            good = tf.equal(batch["reason"], "")
+            if skip_bad_lines and counters is not None:
+                skipped = tf.reduce_sum(1 - tf.cast(good, tf.int64))
+                with tf.control_dependencies([counters.skipped.assign_add(skipped)]):
+                    good = tf.identity(good)
+            if self.holds_out_dev:
+                good &= holdout_key(batch, self.seed) > self.holdout_threshold
+            return tf.boolean_mask(batch["source"], good), tf.boolean_mask(batch["target"], good)
+
+        return records.map(keep).unbatch()
 
 
 def _expand(pattern: str, spec: str) -> list[str]:
@@ -426,8 +452,8 @@ def open_corpus(spec: str, *, skip_bad_lines: bool = False, seed: int = 0) -> Co
         if not rest:
             raise ValueError(
                 f"data spec {spec!r}: expected tfds:NAME, e.g. tfds:ted_hrlr_translate/pt_to_en")
-        dev = _collect(tfds_records(rest, TFDS_DEV_SPLIT), f"tfds:{rest}[{TFDS_DEV_SPLIT}]",
-                       skip_bad_lines)
+        dev = _collect(batch_records(tfds_records(rest, TFDS_DEV_SPLIT)),
+                       f"tfds:{rest}[{TFDS_DEV_SPLIT}]", skip_bad_lines)
         return Corpus(spec, "tfds", (rest,), dev, seed=seed)
     raise ValueError(f"data spec {spec!r}: expected builtin[:N], tsv:TRAIN[,DEV] or tfds:NAME")
 
@@ -438,8 +464,7 @@ def open_corpus(spec: str, *, skip_bad_lines: bool = False, seed: int = 0) -> Co
 
 
 def _record_batches(records: tf.data.Dataset) -> Iterator[dict[str, np.ndarray]]:
-    for batch in records.batch(_SCAN_BATCH).prefetch(2).as_numpy_iterator():
-        yield batch
+    yield from records.prefetch(2).as_numpy_iterator()
 
 
 def _decode(values: np.ndarray) -> list[str]:
@@ -484,8 +509,8 @@ def read_tsv(path: str | os.PathLike, *, skip_bad_lines: bool = False) -> Parall
 def read_tfds(name: str, split: str = "train", *, skip_bad_lines: bool = False,
               data_dir: str | None = None) -> ParallelText:
     """Reads a TensorFlow Datasets translation split into memory (see `tfds_records`)."""
-    return _collect(tfds_records(name, split, data_dir), f"tfds:{name}[{split}]",
-                    skip_bad_lines)
+    return _collect(batch_records(tfds_records(name, split, data_dir)),
+                    f"tfds:{name}[{split}]", skip_bad_lines)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -513,29 +538,48 @@ class Scan:
 
 
 class _BottomK:
-    """The k items with the smallest keys seen so far, in O(k) memory (bottom-k sampling)."""
+    """The k items with the smallest keys seen so far, in O(k) memory (bottom-k sampling).
+
+    Offers go to a pending buffer, compacted to the k smallest once it holds k more items, so
+    each item costs O(1) amortized; once k items are kept, only keys below the k-th smallest
+    kept key can still enter, and they are the only ones buffered.
+    """
 
     def __init__(self, k: int, key_dtype=np.float64):
         self.k = k
         self.keys = np.zeros([0], key_dtype)
         self.sources = np.zeros([0], object)
         self.targets = np.zeros([0], object)
+        self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._pending_size = 0
+        self._bound = None  # the k-th smallest kept key, once k are kept
 
     def offer(self, keys: np.ndarray, sources: np.ndarray, targets: np.ndarray) -> None:
-        if len(self.keys) >= self.k:  # only keys below the current k-th can enter
-            below = keys < self.keys.max()
+        if self._bound is not None:
+            below = keys < self._bound
             keys, sources, targets = keys[below], sources[below], targets[below]
-        if not len(keys):
+        if len(keys):
+            self._pending.append((keys, sources, targets))
+            self._pending_size += len(keys)
+            if self._pending_size >= self.k:
+                self._compact()
+
+    def _compact(self) -> None:
+        if not self._pending:
             return
-        self.keys = np.concatenate([self.keys, keys])
-        self.sources = np.concatenate([self.sources, sources])
-        self.targets = np.concatenate([self.targets, targets])
+        self.keys = np.concatenate([self.keys, *(p[0] for p in self._pending)])
+        self.sources = np.concatenate([self.sources, *(p[1] for p in self._pending)])
+        self.targets = np.concatenate([self.targets, *(p[2] for p in self._pending)])
+        self._pending, self._pending_size = [], 0
         if len(self.keys) > self.k:
             chosen = np.argpartition(self.keys, self.k - 1)[:self.k]
             self.keys, self.sources, self.targets = (
                 self.keys[chosen], self.sources[chosen], self.targets[chosen])
+        if len(self.keys) >= self.k:
+            self._bound = self.keys.max()
 
     def sorted(self) -> tuple[np.ndarray, list[str], list[str]]:
+        self._compact()
         order = np.argsort(self.keys, kind="stable")
         return self.keys[order], _decode(self.sources[order]), _decode(self.targets[order])
 

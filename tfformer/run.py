@@ -51,7 +51,8 @@ class TrainSettings:
         vocab_sample: sentences (both sides) of the random sample the vocabulary learns from.
         shuffle_buffer: pairs in the training stream's shuffle buffer (files are shuffled too).
         steps: optimizer updates in all (default 400 unless `epochs` is given).
-        epochs: passes over the training data, instead of `steps`.
+        epochs: passes over the training data, instead of `steps` (counted once per run, see
+            `tfformer.run_data.batches_per_pass`).
         steps_per_epoch: batches per epoch: checkpoint, history row and dev BLEU after each
             (default 100 updates with `steps`, one data pass with `epochs`); a multiple of
             `grad_accum`.
@@ -277,9 +278,8 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
         batch_multiple=replicas, num_workers=num_workers, worker_index=worker_index,
         shuffle_buffer_size=settings.shuffle_buffer, counters=counters)
     if num_workers > 1:
-        logger.info("train: worker %d reads shard %d of %d (%s)", worker_index, worker_index,
-                    num_workers, "by file" if len(data.corpus.files) >= num_workers
-                    and data.corpus.kind == "tsv" else "by line")
+        logger.info("train: worker %d reads shard %d of %d (by %s)", worker_index,
+                    worker_index, num_workers, data.corpus.shard_unit(num_workers))
     dev_data, dev_info = make_eval_dataset(
         dev, tokenizer, batch_tokens=settings.batch_tokens, max_length=config.max_length,
         batch_multiple=replicas)
@@ -298,9 +298,10 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
             shared, data, batch_tokens=settings.batch_tokens, max_length=config.max_length,
             skip_bad_lines=settings.skip_bad_lines, batch_multiple=replicas,
             write_cache=chief)
+        # Passes over the data set the budget; steps_per_epoch only the checkpoint interval.
+        total_steps = max(1, settings.epochs * per_pass // accumulation)
         steps_per_epoch = settings.steps_per_epoch or max(
             accumulation, per_pass // accumulation * accumulation)
-        total_steps = max(1, settings.epochs * steps_per_epoch // accumulation)
     if steps_per_epoch % accumulation:
         raise ValueError(f"steps_per_epoch ({steps_per_epoch}) must be a multiple of "
                          f"grad_accum ({accumulation}): epochs end on an update")
