@@ -240,8 +240,7 @@ def test_pipeline_works_with_fit_under_mirrored_strategy(tmp_path):
         import keras
         keras.utils.set_random_seed(0)  # before the tokenizer exists (tf-text resource)
         from tfformer.builtin_corpus import builtin_pairs
-        from tfformer.corpus import Counters
-from tfformer.data import make_dataset, make_eval_dataset, make_stream
+        from tfformer.data import make_dataset, make_eval_dataset
         from tfformer.tokenizer import Tokenizer
         pairs = builtin_pairs("train", 400)
         tok = Tokenizer.train([s for p in pairs for s in p], 200)
