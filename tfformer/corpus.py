@@ -463,8 +463,17 @@ def open_corpus(spec: str, *, skip_bad_lines: bool = False, seed: int = 0) -> Co
 # ---------------------------------------------------------------------------------------------
 
 
-def _record_batches(records: tf.data.Dataset) -> Iterator[dict[str, np.ndarray]]:
-    yield from records.prefetch(2).as_numpy_iterator()
+def _checked_batches(records: tf.data.Dataset, skip_bad_lines: bool
+                     ) -> Iterator[tuple[dict[str, np.ndarray], np.ndarray]]:
+    """(record batch as NumPy, bad-line mask); raises DataError at the first bad line unless
+    skip_bad_lines."""
+    for batch in records.prefetch(2).as_numpy_iterator():
+        bad = batch["reason"] != b""
+        if bad.any() and not skip_bad_lines:
+            first = int(np.argmax(bad))
+            raise DataError(batch["origin"][first].decode(), int(batch["line"][first]),
+                            batch["reason"][first].decode())
+        yield batch, bad
 
 
 def _decode(values: np.ndarray) -> list[str]:
@@ -474,15 +483,9 @@ def _decode(values: np.ndarray) -> list[str]:
 def _collect(records: tf.data.Dataset, origin: str, skip_bad_lines: bool) -> ParallelText:
     pairs: list[Pair] = []
     skipped: list[tuple[int, str]] = []
-    for batch in _record_batches(records):
-        bad = batch["reason"] != b""
-        if bad.any():
-            first = int(np.argmax(bad))
-            if not skip_bad_lines:
-                raise DataError(origin, int(batch["line"][first]),
-                                batch["reason"][first].decode())
-            skipped += [(int(n), r.decode()) for n, r in
-                        zip(batch["line"][bad], batch["reason"][bad])]
+    for batch, bad in _checked_batches(records, skip_bad_lines):
+        skipped += [(int(n), r.decode()) for n, r in
+                    zip(batch["line"][bad], batch["reason"][bad])]
         good = ~bad
         pairs += zip(_decode(batch["source"][good]), _decode(batch["target"][good]))
     if not pairs:
@@ -606,18 +609,11 @@ def scan(corpus: Corpus, *, sample_sentences: int, skip_bad_lines: bool = False,
     records = corpus.records(in_order=True)
     if held_out is not None:
         records = records.map(lambda r: {**r, "holdout_key": holdout_key(r, corpus.seed)})
-    for batch in _record_batches(records):
-        bad = batch["reason"] != b""
-        if bad.any():
-            if not skip_bad_lines:
-                first = int(np.argmax(bad))
-                raise DataError(batch["origin"][first].decode(), int(batch["line"][first]),
-                                batch["reason"][first].decode())
-            num_bad += int(bad.sum())
-            for origin, line, reason in zip(batch["origin"][bad], batch["line"][bad],
-                                            batch["reason"][bad]):
-                if len(bad_lines) < 20:
-                    bad_lines.append((f"{origin.decode()}:{line}", reason.decode()))
+    for batch, bad in _checked_batches(records, skip_bad_lines):
+        num_bad += int(bad.sum())
+        for origin, line, reason in zip(batch["origin"][bad][:20 - len(bad_lines)],
+                                        batch["line"][bad], batch["reason"][bad]):
+            bad_lines.append((f"{origin.decode()}:{line}", reason.decode()))
         good = ~bad
         num_pairs += int(good.sum())
         sources, targets = batch["source"][good], batch["target"][good]
