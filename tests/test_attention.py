@@ -127,3 +127,31 @@ def test_layers_serialize_through_get_config():
     assert (clone.num_heads, clone.key_dim, clone.dropout) == (2, 4, 0.2)
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
     assert isinstance(restored, MultiHeadAttention) and restored.key_dim == 4
+
+
+@pytest.mark.parametrize("with_cache", [False, True])
+def test_returned_attention_scores_equal_keras_layers_with_copied_weights(with_cache):
+    rng = np.random.default_rng(4)
+    query = rng.normal(size=(2, 5, 32)).astype("float32")
+    memory = rng.normal(size=(2, 7, 32)).astype("float32")
+    mask = np.broadcast_to(np.arange(7)[None, None, :] < np.array([7, 3])[:, None, None],
+                           (2, 5, 7))
+    ours = MultiHeadAttention(num_heads=4, key_dim=8)
+    ours(query, memory)
+    reference = keras.layers.MultiHeadAttention(num_heads=4, key_dim=8)
+    reference(query, memory)
+    weights = [rng.normal(scale=0.2, size=w.shape).astype("float32")
+               for w in ours.get_weights()]
+    ours.set_weights(weights)
+    reference.set_weights(weights)
+    ref_out, ref_scores = reference(query, memory, attention_mask=mask,
+                                    return_attention_scores=True)
+    if with_cache:  # a static (cross-attention) cache gives the same weights as the memory
+        out, _, scores = ours(query, None, tf.constant(mask),
+                              cache=ours.project_key_value(memory), return_attention_scores=True)
+    else:
+        out, scores = ours(query, memory, tf.constant(mask), return_attention_scores=True)
+    assert scores.shape == (2, 4, 5, 7)
+    np.testing.assert_allclose(scores, ref_scores, atol=1e-6)
+    np.testing.assert_allclose(out, ref_out, atol=1e-5)
+    assert np.all(scores.numpy()[1, :, :, 3:] == 0)  # the second row's padded keys

@@ -174,3 +174,57 @@ def test_predict_and_evaluate_work_on_tuple_inputs(tiny_config):
                              return_dict=True)
     assert set(results) >= {"loss", "accuracy", "perplexity"}
     assert np.isfinite(results["loss"]) and results["perplexity"] > 1
+
+
+def numpy_sinusoids(length, d_model):
+    """PE(pos, 2i) = sin(pos / 10000^(2i / d_model)), PE(pos, 2i + 1) = cos(...) (§3.5)."""
+    pos = np.arange(length)[:, None]
+    i = np.arange(d_model)[None, :]
+    angles = pos / np.power(10000.0, (2 * (i // 2)) / d_model)
+    return np.where(i % 2 == 0, np.sin(angles), np.cos(angles))
+
+
+def test_first_encoder_layer_attention_weights_match_numpy_from_the_paper(tiny_config):
+    model = Transformer(tiny_config)
+    source, target = random_batch(tiny_config)
+    weights = model.attention_weights(source, target)
+    d, h = tiny_config.d_model, tiny_config.num_heads
+    # The first layer's input: E[ids] * sqrt(d_model) + PE (§3.4, §3.5; no dropout at inference).
+    x = model.embedding.embeddings.numpy()[source] * np.sqrt(d) + numpy_sinusoids(9, d)
+    attention = model.encoder.stack[0].self_attention
+    q = np.einsum("btd,dhk->bhtk", x, attention.query_kernel.numpy()) \
+        + attention.query_bias.numpy()[None, :, None, :]
+    k = np.einsum("btd,dhk->bhtk", x, attention.key_kernel.numpy()) \
+        + attention.key_bias.numpy()[None, :, None, :]
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(d // h)  # eq. 1
+    scores = np.where((source != 0)[:, None, None, :], scores, -np.inf)
+    expected = np.exp(scores - scores.max(-1, keepdims=True))
+    expected /= expected.sum(-1, keepdims=True)
+    np.testing.assert_allclose(weights["encoder_self"][0], expected, atol=1e-5)
+
+
+def test_attention_weights_have_every_layer_and_head_and_respect_the_masks(tiny_config):
+    model = Transformer(tiny_config)
+    source, target = random_batch(tiny_config)
+    call_graph = lambda: sorted(  # noqa: E731 - the op types of the traced training call
+        op.type for op in tf.function(lambda s, t: model((s, t), training=True))
+        .get_concrete_function(tf.TensorSpec([None, None], tf.int32),
+                               tf.TensorSpec([None, None], tf.int32)).graph.get_operations())
+    before = call_graph()
+    weights = model.attention_weights(source, target)
+    assert call_graph() == before  # asking for weights leaves the training graph as it was
+    shapes = {"encoder_self": (4, 4, 9, 9), "decoder_self": (4, 4, 7, 7),
+              "decoder_cross": (4, 4, 7, 9)}
+    for kind, shape in shapes.items():
+        assert len(weights[kind]) == 2, kind  # one per layer
+        for layer in weights[kind]:
+            assert layer.shape == shape, kind
+            np.testing.assert_allclose(np.sum(layer, axis=-1), 1.0, atol=1e-5)
+    for layer in range(2):
+        # Sentence 0's source pads (from position 6) get no weight from the encoder or decoder.
+        assert np.all(weights["encoder_self"][layer].numpy()[0, :, :, 6:] == 0)
+        assert np.all(weights["decoder_cross"][layer].numpy()[0, :, :, 6:] == 0)
+        # No target position attends to a later one (§3.2.3), nor to target pads.
+        self_weights = weights["decoder_self"][layer].numpy()
+        assert np.all(np.triu(np.ones((7, 7)), k=1)[None, None] * self_weights == 0)
+        assert np.all(self_weights[0, :, :, 5:] == 0)

@@ -206,6 +206,12 @@ def test_ten_kill_nines_lose_nothing_and_tear_nothing(tmp_path):
         assert np.isfinite(float(row["loss"])) and np.isfinite(float(row["val_loss"]))
     logged = tensorboard_steps(out / "logs")
     assert ("train", "epoch_loss") in logged and ("validation", "epoch_loss") in logged
+    # The test extra has matplotlib: the run ends with its history drawn (tests/test_plots.py
+    # checks what is drawn); a PNG of three panels, wider than tall.
+    from matplotlib.image import imread
+
+    height, width = imread(out / "history.png").shape[:2]
+    assert width > 2 * height > 200
     for key, steps in logged.items():
         assert sorted(steps) == [int(r["step"]) for r in rows], key
 

@@ -96,6 +96,37 @@ class Transformer(keras.Model):
         memory = self.encoder(embedding(source_ids), source_mask, training=training)
         return memory, source_mask
 
+    def attention_weights(self, source_ids, target_in_ids) -> dict[str, list[tf.Tensor]]:
+        """Every attention weight of one teacher-forced pass, for inspection and plots.
+
+        The same layers and weights as `call`, asked for their weights by a Python flag, so
+        the graphs traced for training (`call`), search and export are unchanged.
+
+        Args:
+            source_ids: int [batch, S], EOS-terminated, PAD-padded.
+            target_in_ids: int [batch, T], BOS first, PAD-padded.
+
+        Returns:
+            {"encoder_self": N x [batch, h, S, S], "decoder_self": N x [batch, h, T, T],
+             "decoder_cross": N x [batch, h, T, S]}: one tensor per layer, rows (queries) sum
+            to 1, zero weight on masked keys.
+        """
+        source_ids = self._check_ids(source_ids, "source_ids")
+        target_ids = self._check_ids(target_in_ids, "target_in_ids")
+        if not self.built:
+            self.build()
+        source_mask = padding_mask(source_ids, PAD_ID)
+        embedding = self.source_embedding or self.embedding
+        memory, encoder_weights = self.encoder(embedding(source_ids), source_mask,
+                                               return_attention_scores=True)
+        length = tf.shape(target_ids)[1]
+        self_mask = tf.logical_and(causal_mask(length), padding_mask(target_ids, PAD_ID))
+        _, decoder_weights = self.decoder(self.embedding(target_ids), memory, self_mask,
+                                          source_mask, return_attention_scores=True)
+        return {"encoder_self": encoder_weights,
+                "decoder_self": [layer["self"] for layer in decoder_weights],
+                "decoder_cross": [layer["cross"] for layer in decoder_weights]}
+
     def init_cache(self, memory):
         """The decoder cache before the first step: cross-attention keys/values computed once."""
         if not self.built:

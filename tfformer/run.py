@@ -352,7 +352,24 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
                               "(NaN loss?)")
     atomic_write(run.model, model.save)
     logger.info("saved %s after %d steps", run.model, step)
+    if chief:
+        _save_history_plot(run)
     return TrainResult(model, tokenizer, run, step, list(run_state.history), dev.pairs)
+
+
+def _save_history_plot(run: RunDir) -> None:
+    """RUN/history.png when matplotlib is installed (the `plot` extra); a drawing failure is
+    logged, never fatal: the trained model is already saved."""
+    from tfformer import plots
+
+    if not plots.available():
+        logger.info("no %s: install the plot extra (matplotlib) for it",
+                    os.path.basename(run.history_plot))
+        return
+    try:
+        logger.info("wrote %s", plots.save_history_plot(run.path))
+    except Exception as error:  # noqa: BLE001 - a plot must never fail a finished run
+        logger.warning("could not draw %s: %s", run.history_plot, error)
 
 
 def average(run_dir: str | os.PathLike, last: int = 5, out: str | None = None) -> str:

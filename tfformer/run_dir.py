@@ -12,6 +12,7 @@
     RUN/logs/               TensorBoard scalars (train/, validation/)
     RUN/model.keras         the final model
     RUN/model-avgK.keras    the average of the last K checkpoints (tfformer-average)
+    RUN/history.png         loss, accuracy and dev BLEU per epoch (when matplotlib is installed)
 """
 
 from __future__ import annotations
@@ -79,6 +80,10 @@ class RunDir:
     @property
     def model(self) -> str:
         return self._join("model.keras")
+
+    @property
+    def history_plot(self) -> str:
+        return self._join("history.png")
 
     @property
     def initial_weights(self) -> str:

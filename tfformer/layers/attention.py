@@ -139,10 +139,15 @@ class MultiHeadAttention(keras.layers.Layer):
             projected keys/values of a static memory.
         attention_mask: optional boolean [batch, T_q, T_k] (broadcastable); True = attend.
         cache: optional (keys, values) tuple, each [batch, h, T_cache, d_k].
+        return_attention_scores: also return the attention weights [batch, h, T_q, T_k] (as
+            `keras.layers.MultiHeadAttention` does), last in the returned tuple. A Python flag:
+            the default traces the same graph as before, so training and export are unchanged.
         training: whether dropout is active.
 
     Returns:
-        output [batch, T_q, d_model] when `cache` is None, else (output, (keys, values)).
+        output [batch, T_q, d_model] when `cache` is None, else (output, (keys, values));
+        with `return_attention_scores`, the weights are appended: (output, weights) or
+        (output, (keys, values), weights).
     """
 
     def __init__(self, num_heads: int, key_dim: int, dropout: float = 0.0,
@@ -188,7 +193,8 @@ class MultiHeadAttention(keras.layers.Layer):
         return (self._split_heads(key_value, self.key_kernel, self.key_bias),
                 self._split_heads(key_value, self.value_kernel, self.value_bias))
 
-    def call(self, query, key_value=None, attention_mask=None, cache=None, training=None):
+    def call(self, query, key_value=None, attention_mask=None, cache=None,
+             return_attention_scores=False, training=None):
         if key_value is None and cache is None:
             raise ValueError("MultiHeadAttention needs key_value, cache, or both")
         q = self._split_heads(query, self.query_kernel, self.query_bias)
@@ -201,16 +207,17 @@ class MultiHeadAttention(keras.layers.Layer):
             keys, values = cache
         if attention_mask is not None:
             attention_mask = tf.cast(attention_mask, tf.bool)[:, tf.newaxis]  # broadcast over h
-        context, _ = self.attention(q, keys, values, attention_mask, training=training)
+        context, weights = self.attention(q, keys, values, attention_mask, training=training)
         # Concat(heads) W^O as one matmul: [batch, T_q, h * d_k] @ [h * d_k, d_model].
         context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]),
                              [-1, self.num_heads * self.key_dim])
         output_kernel = tf.reshape(self.output_kernel, [self.num_heads * self.key_dim, -1])
         output = affine(context, output_kernel, self.output_bias)
         output = tf.reshape(output, [-1, _dim(query, 1), query.shape[-1]])
-        if cache is None:
-            return output
-        return output, (keys, values)
+        outputs = (output,) if cache is None else (output, (keys, values))
+        if return_attention_scores:
+            outputs += (weights,)
+        return outputs if len(outputs) > 1 else output
 
     def compute_output_shape(self, query_shape, key_value_shape=None):
         return query_shape

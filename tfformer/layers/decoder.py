@@ -30,10 +30,12 @@ class DecoderLayer(TransformerLayerBase):
         self_attention_mask: boolean [batch, T, T_past + T]; causal (and padding) mask.
         cross_attention_mask: boolean [batch, 1, S]; False at source pads.
         cache: None, or this layer's cache dict (see module docstring).
+        return_attention_scores: also return the attention weights (without a cache only).
         training: whether dropout is active.
 
     Returns:
-        [batch, T, d_model], and the updated cache dict when `cache` is given.
+        [batch, T, d_model], and the updated cache dict when `cache` is given; with
+        `return_attention_scores`, (that, {"self": [batch, h, T, T], "cross": [batch, h, T, S]}).
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1,
@@ -69,10 +71,17 @@ class DecoderLayer(TransformerLayerBase):
                 "cross_keys": cross_keys, "cross_values": cross_values}
 
     def call(self, inputs, memory=None, self_attention_mask=None, cross_attention_mask=None,
-             cache=None, training=None):
+             cache=None, return_attention_scores=False, training=None):
+        if return_attention_scores and cache is not None:
+            raise ValueError("return_attention_scores works without a cache (teacher forcing)")
+        weights = {}
         h = self.self_attention_connection.sublayer_input(inputs)
         if cache is None:
-            y = self.self_attention(h, h, self_attention_mask, training=training)
+            y = self.self_attention(h, h, self_attention_mask,
+                                    return_attention_scores=return_attention_scores,
+                                    training=training)
+            if return_attention_scores:
+                y, weights["self"] = y
         else:
             y, (keys, values) = self.self_attention(
                 h, h, self_attention_mask, cache=(cache["self_keys"], cache["self_values"]),
@@ -81,7 +90,11 @@ class DecoderLayer(TransformerLayerBase):
 
         h = self.cross_attention_connection.sublayer_input(x)
         if cache is None:
-            y = self.cross_attention(h, memory, cross_attention_mask, training=training)
+            y = self.cross_attention(h, memory, cross_attention_mask,
+                                     return_attention_scores=return_attention_scores,
+                                     training=training)
+            if return_attention_scores:
+                y, weights["cross"] = y
         else:
             y, _ = self.cross_attention(
                 h, None, cross_attention_mask,
@@ -90,6 +103,8 @@ class DecoderLayer(TransformerLayerBase):
 
         h = self.feed_forward_connection.sublayer_input(x)
         x = self.feed_forward_connection(x, self.feed_forward(h), training=training)
+        if return_attention_scores:
+            return x, weights
         if cache is None:
             return x
         return x, {**cache, "self_keys": keys, "self_values": values}
@@ -110,10 +125,12 @@ class Decoder(LayerStack):
         self_attention_mask: boolean [batch, T, T_past + T] (see DecoderLayer).
         cross_attention_mask: boolean [batch, 1, S].
         cache: None, or the list of per-layer caches from `init_cache` / a previous call.
+        return_attention_scores: also return each layer's weights (without a cache only).
         training: whether dropout is active.
 
     Returns:
-        hidden states [batch, T, d_model], and the updated cache when `cache` is given.
+        hidden states [batch, T, d_model], and the updated cache when `cache` is given; with
+        `return_attention_scores`, (that, a list of N {"self", "cross"} weight dicts).
     """
 
     layer_class = DecoderLayer
@@ -140,16 +157,22 @@ class Decoder(LayerStack):
                  "self_values": tf.gather(layer["self_values"], rows)} for layer in cache]
 
     def call(self, embeddings, memory=None, self_attention_mask=None, cross_attention_mask=None,
-             cache=None, training=None):
+             cache=None, return_attention_scores=False, training=None):
         start = 0 if cache is None else self.cached_length(cache)
         x = self.embed(embeddings, start, training)
-        new_cache = []
+        new_cache, weights = [], []
         for i, layer in enumerate(self.stack):
-            if cache is None:
+            if return_attention_scores:
+                x, layer_weights = layer(x, memory, self_attention_mask, cross_attention_mask,
+                                         return_attention_scores=True, training=training)
+                weights.append(layer_weights)
+            elif cache is None:
                 x = layer(x, memory, self_attention_mask, cross_attention_mask, training=training)
             else:
                 x, layer_cache = layer(x, memory, self_attention_mask, cross_attention_mask,
                                        cache=cache[i], training=training)
                 new_cache.append(layer_cache)
         x = self.finish(x)
+        if return_attention_scores:
+            return x, weights
         return x if cache is None else (x, new_cache)

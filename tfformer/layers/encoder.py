@@ -20,10 +20,11 @@ class EncoderLayer(TransformerLayerBase):
     Call arguments:
         inputs: [batch, T, d_model].
         attention_mask: boolean [batch, 1 or T, T]; False hides a key (padding).
+        return_attention_scores: also return the self-attention weights [batch, h, T, T].
         training: whether dropout is active.
 
     Returns:
-        [batch, T, d_model].
+        [batch, T, d_model], or (that, weights) with `return_attention_scores`.
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1,
@@ -46,12 +47,17 @@ class EncoderLayer(TransformerLayerBase):
         self.feed_forward_connection.build(inputs_shape)
         super().build(inputs_shape)
 
-    def call(self, inputs, attention_mask=None, training=None):
+    def call(self, inputs, attention_mask=None, return_attention_scores=False, training=None):
         h = self.attention_connection.sublayer_input(inputs)
-        x = self.attention_connection(
-            inputs, self.self_attention(h, h, attention_mask, training=training), training=training)
+        y = self.self_attention(h, h, attention_mask,
+                                return_attention_scores=return_attention_scores,
+                                training=training)
+        if return_attention_scores:
+            y, weights = y
+        x = self.attention_connection(inputs, y, training=training)
         h = self.feed_forward_connection.sublayer_input(x)
-        return self.feed_forward_connection(x, self.feed_forward(h), training=training)
+        x = self.feed_forward_connection(x, self.feed_forward(h), training=training)
+        return (x, weights) if return_attention_scores else x
 
     def compute_output_shape(self, inputs_shape):
         return inputs_shape
@@ -70,10 +76,12 @@ class Encoder(LayerStack):
     Call arguments:
         embeddings: [batch, T, d_model] token embeddings, already scaled by sqrt(d_model).
         attention_mask: boolean [batch, 1, T], False at pad positions.
+        return_attention_scores: also return each layer's self-attention weights.
         training: whether dropout is active.
 
     Returns:
-        [batch, T, d_model], the memory the decoder attends to.
+        [batch, T, d_model], the memory the decoder attends to; with
+        `return_attention_scores`, (that, a list of N weights [batch, h, T, T]).
     """
 
     layer_class = EncoderLayer
@@ -82,8 +90,15 @@ class Encoder(LayerStack):
         self.build_stack(embeddings_shape)
         super().build(embeddings_shape)
 
-    def call(self, embeddings, attention_mask=None, training=None):
+    def call(self, embeddings, attention_mask=None, return_attention_scores=False,
+             training=None):
         x = self.embed(embeddings, training=training)
+        weights = []
         for layer in self.stack:
-            x = layer(x, attention_mask, training=training)
-        return self.finish(x)
+            x = layer(x, attention_mask, return_attention_scores=return_attention_scores,
+                      training=training)
+            if return_attention_scores:
+                x, layer_weights = x
+                weights.append(layer_weights)
+        x = self.finish(x)
+        return (x, weights) if return_attention_scores else x
