@@ -71,9 +71,14 @@ def prepare(run: RunDir, *, chief: bool, data: str, skip_bad_lines: bool, seed: 
 
     Raises:
         DataError: a bad line (unless skip_bad_lines), a missing or empty file.
-        ValueError: a malformed data spec.
+        ValueError: a malformed data spec, or a run directory started on other data.
     """
     corpus = open_corpus(data, skip_bad_lines=skip_bad_lines, seed=seed)
+    started_on = read_stats(run).get("spec")
+    if started_on is not None and started_on != corpus.spec and os.path.exists(run.tokenizer):
+        # Resuming would keep the other data's vocabulary and dev set.
+        raise ValueError(f"{run.path} is a run on data {started_on!r}, not {corpus.spec!r}: "
+                         "give a new run directory, or the same data to resume it")
     held_out = corpus.holds_out_dev
     if not chief:
         wait_for_file(run.tokenizer, timeout=600)  # written after dev.tsv and data.json
