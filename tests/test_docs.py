@@ -686,7 +686,7 @@ tfformer/translator.py (tokenizer + model + search)    tfformer/contract.py (sig
       |                                                 tensor names, version-directory rule)
       v
 tfformer/training.py  run_state.py  run_data.py  callbacks.py  data.py  corpus.py  tokenizer.py
-                      distribute.py  files.py
+                      distribute.py  files.py  plots.py  attention_maps.py
       |
       v
 tfformer/model.py  search.py  layers/  losses.py  schedule.py  config.py  run_dir.py
