@@ -21,6 +21,7 @@ translations of the best setting beside their sources and references.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -46,9 +47,11 @@ TRAIN_ENV = {"TF_ENABLE_ONEDNN_OPTS": "1"}
 
 def run(*command: str, log_to: str | None = None, env: dict | None = None) -> str:
     log(" ".join(f"{k}={v}" for k, v in (env or {}).items()) + " " + " ".join(command))
-    stderr = open(log_to, "w", encoding="utf-8") if log_to else subprocess.PIPE
-    result = subprocess.run(command, stdout=subprocess.PIPE, stderr=stderr, text=True, cwd=ROOT,
-                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})})
+    with (open(log_to, "w", encoding="utf-8") if log_to
+          else contextlib.nullcontext(subprocess.PIPE)) as stderr:
+        result = subprocess.run(command, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                cwd=ROOT,
+                                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})})
     if result.returncode:
         raise RuntimeError(f"{command[0]} failed: {result.stderr or log_to}")
     return result.stdout

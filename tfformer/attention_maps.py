@@ -69,17 +69,11 @@ def attention_maps(translator, source: str, target: str | None = None) -> Attent
     Returns:
         AttentionMaps with the pieces of both sides and weights for every kind in `KINDS`.
     """
-    from tfformer.search import beam_search, greedy_search
-
     model, tokenizer = translator.model, translator.tokenizer
     source_ids = tokenizer.encode_source(tf.constant([source])).to_tensor(default_value=PAD_ID)
     if target is None:
-        if translator.beam_size == 1:
-            result = greedy_search(model, source_ids, translator.max_output_extra)
-        else:
-            result = beam_search(model, source_ids, translator.beam_size,
-                                 translator.length_penalty, translator.max_output_extra)
-        tokens = [int(t) for t in result.tokens[0, 0].numpy() if t != PAD_ID]
+        tokens = [int(t) for t in translator.search(source_ids).tokens[0, 0].numpy()
+                  if t != PAD_ID]
         pieces = tokens[:tokens.index(EOS_ID)] if EOS_ID in tokens else tokens
         translation = tokenizer.detokenize(tf.constant(pieces + [EOS_ID], tf.int32))
         translation = translation.numpy().decode("utf-8")

@@ -83,18 +83,30 @@ class Transformer(keras.Model):
         memory, source_mask = self.encode(source_ids, training=training)
         return self.decode(target_ids, memory, source_mask, training=training)
 
-    def encode(self, source_ids, training=None):
+    def encode(self, source_ids, training=None, return_attention_scores=False):
         """Runs the encoder once.
 
         Returns:
-            (memory [batch, S, d_model], source_mask boolean [batch, 1, S]).
+            (memory [batch, S, d_model], source_mask boolean [batch, 1, S]); with
+            `return_attention_scores`, also the encoder's self-attention weights per layer.
         """
         if not self.built:  # search calls encode/init_cache/decode before any __call__
             self.build()
         source_mask = padding_mask(source_ids, PAD_ID)
         embedding = self.source_embedding or self.embedding
-        memory = self.encoder(embedding(source_ids), source_mask, training=training)
+        memory = self.encoder(embedding(source_ids), source_mask,
+                              return_attention_scores=return_attention_scores,
+                              training=training)
+        if return_attention_scores:
+            memory, weights = memory
+            return memory, source_mask, weights
         return memory, source_mask
+
+    @staticmethod
+    def _target_mask(target_ids) -> tf.Tensor:
+        """The decoder self-attention mask of a whole target: causal (§3.2.3) and padding."""
+        return tf.logical_and(causal_mask(tf.shape(target_ids)[1]),
+                              padding_mask(target_ids, PAD_ID))
 
     def attention_weights(self, source_ids, target_in_ids) -> dict[str, list[tf.Tensor]]:
         """Every attention weight of one teacher-forced pass, for inspection and plots.
@@ -111,18 +123,12 @@ class Transformer(keras.Model):
              "decoder_cross": N x [batch, h, T, S]}: one tensor per layer, rows (queries) sum
             to 1, zero weight on masked keys.
         """
-        source_ids = self._check_ids(source_ids, "source_ids")
         target_ids = self._check_ids(target_in_ids, "target_in_ids")
-        if not self.built:
-            self.build()
-        source_mask = padding_mask(source_ids, PAD_ID)
-        embedding = self.source_embedding or self.embedding
-        memory, encoder_weights = self.encoder(embedding(source_ids), source_mask,
-                                               return_attention_scores=True)
-        length = tf.shape(target_ids)[1]
-        self_mask = tf.logical_and(causal_mask(length), padding_mask(target_ids, PAD_ID))
-        _, decoder_weights = self.decoder(self.embedding(target_ids), memory, self_mask,
-                                          source_mask, return_attention_scores=True)
+        memory, source_mask, encoder_weights = self.encode(
+            self._check_ids(source_ids, "source_ids"), return_attention_scores=True)
+        _, decoder_weights = self.decoder(self.embedding(target_ids), memory,
+                                          self._target_mask(target_ids), source_mask,
+                                          return_attention_scores=True)
         return {"encoder_self": encoder_weights,
                 "decoder_self": [layer["self"] for layer in decoder_weights],
                 "decoder_cross": [layer["cross"] for layer in decoder_weights]}
@@ -152,9 +158,8 @@ class Transformer(keras.Model):
         """
         embeddings = self.embedding(target_ids)
         if cache is None:
-            length = tf.shape(target_ids)[1]
-            self_mask = tf.logical_and(causal_mask(length), padding_mask(target_ids, PAD_ID))
-            hidden = self.decoder(embeddings, memory, self_mask, source_mask, training=training)
+            hidden = self.decoder(embeddings, memory, self._target_mask(target_ids), source_mask,
+                                  training=training)
             return tf.cast(self.embedding.logits(hidden), tf.float32)
         if target_ids.shape[1] == 1:
             self_mask = None  # one new position sees every cached one: nothing to mask

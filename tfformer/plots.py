@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from tfformer.attention_maps import KINDS, AttentionMaps
+from tfformer.attention_maps import AttentionMaps
 from tfformer.files import atomic_write
 from tfformer.run_dir import RunDir
 
@@ -37,12 +37,6 @@ def _figure(width: float, height: float):
     from matplotlib.figure import Figure
 
     return Figure(figsize=(width, height), layout="constrained")
-
-
-def _check_kind(maps: AttentionMaps, kind: str) -> np.ndarray:
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    return maps.weights[kind]
 
 
 def _heatmap(ax, weights: np.ndarray, rows: Sequence[str], columns: Sequence[str],
@@ -69,12 +63,12 @@ def plot_attention(maps: AttentionMaps, kind: str = "decoder_cross", layer: int 
     Returns:
         a matplotlib Figure with one Axes.
     """
-    weights = _check_kind(maps, kind)
+    rows, columns = maps.labels(kind)  # raises ValueError for an unknown kind
+    weights = maps.weights[kind]
     layers, heads = weights.shape[:2]
     if not -layers <= layer < layers or not -heads <= head < heads:
         raise ValueError(f"{kind} has {layers} layers x {heads} heads; got layer {layer}, "
                          f"head {head}")
-    rows, columns = maps.labels(kind)
     fig = _figure(max(4.0, 0.3 * len(columns) + 1.5), max(3.5, 0.3 * len(rows) + 1.5))
     ax = fig.add_subplot()
     image = _heatmap(ax, weights[layer, head], rows, columns)
@@ -91,9 +85,9 @@ def plot_attention_grid(maps: AttentionMaps, kind: str = "decoder_cross"):
     Returns:
         a matplotlib Figure with layers x heads Axes.
     """
-    weights = _check_kind(maps, kind)
+    rows, columns = maps.labels(kind)  # raises ValueError for an unknown kind
+    weights = maps.weights[kind]
     layers, heads = weights.shape[:2]
-    rows, columns = maps.labels(kind)
     cell_width = max(1.8, 0.18 * len(columns))
     cell_height = max(1.6, 0.18 * len(rows))
     fig = _figure(cell_width * heads + 1.5, cell_height * layers + 1.5)

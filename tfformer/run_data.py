@@ -74,7 +74,8 @@ def prepare(run: RunDir, *, chief: bool, data: str, skip_bad_lines: bool, seed: 
         ValueError: a malformed data spec, or a run directory started on other data.
     """
     corpus = open_corpus(data, skip_bad_lines=skip_bad_lines, seed=seed)
-    started_on = read_stats(run).get("spec")
+    stats = read_stats(run)
+    started_on = stats.get("spec")
     if started_on is not None and started_on != corpus.spec and os.path.exists(run.tokenizer):
         # Resuming would keep the other data's vocabulary and dev set.
         raise ValueError(f"{run.path} is a run on data {started_on!r}, not {corpus.spec!r}: "
@@ -82,8 +83,8 @@ def prepare(run: RunDir, *, chief: bool, data: str, skip_bad_lines: bool, seed: 
     held_out = corpus.holds_out_dev
     if not chief:
         wait_for_file(run.tokenizer, timeout=600)  # written after dev.tsv and data.json
-    elif not os.path.exists(run.tokenizer) or (
-            held_out and "holdout_threshold" not in read_stats(run)):
+        stats = read_stats(run)
+    elif not os.path.exists(run.tokenizer) or (held_out and "holdout_threshold" not in stats):
         started = time.monotonic()
         found = scan(corpus, skip_bad_lines=skip_bad_lines, sample_sentences=vocab_sample,
                      seed=seed)
@@ -98,11 +99,11 @@ def prepare(run: RunDir, *, chief: bool, data: str, skip_bad_lines: bool, seed: 
             atomic_write_text(run.held_out_dev, "".join(
                 f"{source}\t{target}\n" for source, target in found.dev.pairs))
             logger.info("dev: %d held-out pairs, kept in %s", len(found.dev), run.held_out_dev)
-        _write_stats(run, {**read_stats(run), "spec": corpus.spec,
-                           "files": _file_signature(corpus), "pairs": found.num_pairs,
-                           "bad_lines": found.num_bad, "held_out": found.num_held_out,
-                           "holdout_threshold": found.holdout_threshold,
-                           "scan_seconds": round(seconds, 1)})
+        stats = {**stats, "spec": corpus.spec, "files": _file_signature(corpus),
+                 "pairs": found.num_pairs, "bad_lines": found.num_bad,
+                 "held_out": found.num_held_out, "holdout_threshold": found.holdout_threshold,
+                 "scan_seconds": round(seconds, 1)}
+        _write_stats(run, stats)
         if not os.path.exists(run.tokenizer):
             # §5.1: one vocabulary shared by source and target, learned from both sides.
             started = time.monotonic()
@@ -112,8 +113,7 @@ def prepare(run: RunDir, *, chief: bool, data: str, skip_bad_lines: bool, seed: 
                         "%.1f s, saved %s", tokenizer.vocab_size, vocab_size, len(found.sample),
                         time.monotonic() - started, run.tokenizer)
     if held_out:
-        corpus = dataclasses.replace(
-            corpus, holdout_threshold=read_stats(run)["holdout_threshold"])
+        corpus = dataclasses.replace(corpus, holdout_threshold=stats["holdout_threshold"])
     tokenizer = Tokenizer.from_file(run.tokenizer)
     dev = corpus.dev if not held_out else read_tsv(run.held_out_dev)
     logger.info("data: dev: %d pairs from %s", len(dev), dev.path)

@@ -15,7 +15,7 @@ from tfformer.config import DecodingConfig
 from tfformer.contract import INPUT_NAME, OUTPUT_SCORES, OUTPUT_TRANSLATIONS
 from tfformer.model import Transformer
 from tfformer.run_dir import RunDir
-from tfformer.search import beam_search, greedy_search
+from tfformer.search import SearchResult, beam_search, greedy_search
 from tfformer.special_tokens import PAD_ID
 from tfformer.tokenizer import Tokenizer
 
@@ -53,13 +53,16 @@ class Translator(tf.Module):
         self.translate = tf.function(
             self._translate, input_signature=[tf.TensorSpec([None], tf.string, name=INPUT_NAME)])
 
+    def search(self, source_ids: tf.Tensor) -> SearchResult:
+        """This translator's search (greedy when beam_size is 1) over encoded source ids."""
+        if self.beam_size == 1:
+            return greedy_search(self.model, source_ids, self.max_output_extra)
+        return beam_search(self.model, source_ids, self.beam_size, self.length_penalty,
+                           self.max_output_extra)
+
     def _translate(self, inputs):
         source_ids = self.tokenizer.encode_source(inputs).to_tensor(default_value=PAD_ID)
-        if self.beam_size == 1:
-            result = greedy_search(self.model, source_ids, self.max_output_extra)
-        else:
-            result = beam_search(self.model, source_ids, self.beam_size, self.length_penalty,
-                                 self.max_output_extra)
+        result = self.search(source_ids)
         return {OUTPUT_TRANSLATIONS: self.tokenizer.detokenize(result.tokens[:, 0]),
                 OUTPUT_SCORES: result.scores[:, 0]}
 
