@@ -1,14 +1,52 @@
-"""tfformer: the Transformer of "Attention Is All You Need" for translation on Keras 3 / TF 2."""
+"""tfformer: the Transformer of "Attention Is All You Need" for translation on Keras 3 / TF 2.
 
-from tfformer.config import PRESETS, TransformerConfig, get_preset
-from tfformer.losses import MaskedAccuracy, MaskedLabelSmoothedCrossEntropy, Perplexity
-from tfformer.model import Transformer
-from tfformer.schedule import NoamSchedule, paper_optimizer
-from tfformer.training import compile_transformer
+`import tfformer` imports nothing heavy: the names below load their modules (and Keras, on the
+backend KERAS_BACKEND names) when first used, so that a program can choose the backend after
+importing tfformer, and the model side runs where TensorFlow is not installed.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "MaskedAccuracy", "MaskedLabelSmoothedCrossEntropy", "NoamSchedule", "PRESETS", "Perplexity",
-    "Transformer", "TransformerConfig", "compile_transformer", "get_preset", "paper_optimizer",
-]
+# Public name -> the module that defines it.
+_EXPORTS = {
+    "PRESETS": "tfformer.config",
+    "TransformerConfig": "tfformer.config",
+    "get_preset": "tfformer.config",
+    "MaskedAccuracy": "tfformer.losses",
+    "MaskedLabelSmoothedCrossEntropy": "tfformer.losses",
+    "Perplexity": "tfformer.losses",
+    "Transformer": "tfformer.model",
+    "NoamSchedule": "tfformer.schedule",
+    "paper_optimizer": "tfformer.schedule",
+    "compile_transformer": "tfformer.training",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:
+    from tfformer.config import PRESETS, TransformerConfig, get_preset  # noqa: F401
+    from tfformer.losses import (  # noqa: F401
+        MaskedAccuracy,
+        MaskedLabelSmoothedCrossEntropy,
+        Perplexity,
+    )
+    from tfformer.model import Transformer  # noqa: F401
+    from tfformer.schedule import NoamSchedule, paper_optimizer  # noqa: F401
+    from tfformer.training import compile_transformer  # noqa: F401
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'tfformer' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

@@ -6,13 +6,13 @@ All of them ignore pad positions (PAD_ID in the targets).
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
+from keras import ops
 
+from tfformer.layers import kernels
 from tfformer.special_tokens import PAD_ID
 
 
-def label_smoothed_cross_entropy(labels: tf.Tensor, logits: tf.Tensor,
-                                 label_smoothing: float) -> tf.Tensor:
+def label_smoothed_cross_entropy(labels, logits, label_smoothing: float):
     """Per-token cross-entropy against (1 - eps) one-hot + eps / V uniform (§5.4).
 
     Args:
@@ -23,12 +23,11 @@ def label_smoothed_cross_entropy(labels: tf.Tensor, logits: tf.Tensor,
     Returns:
         float32 [batch, T], not masked.
     """
-    logits = tf.cast(logits, tf.float32)
-    log_probs = tf.nn.log_softmax(logits, axis=-1)
-    nll = -tf.gather(log_probs, tf.cast(labels, tf.int32), batch_dims=2)
+    log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+    nll = -kernels.take_last_axis(log_probs, ops.cast(labels, "int32"))
     if not label_smoothing:
         return nll
-    uniform = -tf.reduce_mean(log_probs, axis=-1)  # cross-entropy against the uniform V-way target
+    uniform = -ops.mean(log_probs, axis=-1)  # cross-entropy against the uniform V-way target
     return (1.0 - label_smoothing) * nll + label_smoothing * uniform
 
 
@@ -40,9 +39,10 @@ class MaskedLabelSmoothedCrossEntropy(keras.losses.Loss):
     tf.distribute also divides by the number of replicas exactly once; a loss that returned an
     already-reduced scalar would be counted once per replica). The pad mask enters as a sample
     weight, rescaled so that the reduced value is sum(token losses) / (non-pad tokens in the
-    global batch): with several replicas the token count is summed across them, so the loss and
-    the gradients equal one device's on the same global batch even when the replicas' shares hold
-    different numbers of tokens.
+    global batch): with several tf.distribute replicas the token count is summed across them,
+    so the loss and the gradients equal one device's on the same global batch even when the
+    replicas' shares hold different numbers of tokens. (JAX's `keras.distribution` computes on
+    the global batch as one program: its count is global already.)
 
     Args:
         label_smoothing: eps (0.1 in the paper).
@@ -57,18 +57,13 @@ class MaskedLabelSmoothedCrossEntropy(keras.losses.Loss):
         self.pad_id = pad_id
 
     def __call__(self, y_true, y_pred, sample_weight=None):
-        weights = tf.cast(tf.not_equal(tf.cast(y_true, tf.int32), self.pad_id), tf.float32)
+        weights = ops.cast(ops.not_equal(ops.cast(y_true, "int32"), self.pad_id), "float32")
         if sample_weight is not None:
-            weights = weights * tf.cast(sample_weight, tf.float32)
-        tokens = tf.reduce_sum(weights)
-        replica_context = tf.distribute.get_replica_context()
-        replicas = 1
-        if replica_context is not None and replica_context.num_replicas_in_sync > 1:
-            replicas = replica_context.num_replicas_in_sync
-            tokens = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, tokens)
+            weights = weights * ops.cast(sample_weight, "float32")
+        tokens, replicas = kernels.sum_over_replicas(ops.sum(weights))
         # Keras computes sum(loss * w) / size / replicas; this w makes it sum(loss * mask) / tokens.
-        size = tf.cast(tf.size(weights), tf.float32)
-        weights = weights * tf.math.divide_no_nan(size * replicas, tokens)
+        size = ops.cast(ops.size(weights), "float32")
+        weights = weights * ops.divide_no_nan(size * replicas, tokens)
         return super().__call__(y_true, y_pred, sample_weight=weights)
 
     def call(self, y_true, y_pred):
@@ -93,13 +88,13 @@ class _MaskedTokenMean(keras.metrics.Metric):
         raise NotImplementedError
 
     def update_state(self, y_true, y_pred, sample_weight=None):
-        labels = tf.cast(y_true, tf.int32)
-        mask = tf.cast(tf.not_equal(labels, self.pad_id), tf.float32)
+        labels = ops.cast(y_true, "int32")
+        mask = ops.cast(ops.not_equal(labels, self.pad_id), "float32")
         if sample_weight is not None:
-            mask = mask * tf.cast(sample_weight, tf.float32)
-        values = tf.cast(self.per_token(labels, y_pred), tf.float32)
-        self.total.assign_add(tf.reduce_sum(values * mask))
-        self.count.assign_add(tf.reduce_sum(mask))
+            mask = mask * ops.cast(sample_weight, "float32")
+        values = ops.cast(self.per_token(labels, y_pred), "float32")
+        self.total.assign_add(ops.sum(values * mask))
+        self.count.assign_add(ops.sum(mask))
 
     def reset_state(self):
         self.total.assign(0.0)
@@ -117,10 +112,10 @@ class MaskedAccuracy(_MaskedTokenMean):
         super().__init__(name=name, **kwargs)
 
     def per_token(self, labels, logits):
-        return tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels)
+        return ops.equal(ops.cast(ops.argmax(logits, axis=-1), "int32"), labels)
 
     def result(self):
-        return tf.math.divide_no_nan(self.total, self.count)
+        return ops.divide_no_nan(self.total, self.count)
 
 
 @keras.saving.register_keras_serializable(package="tfformer")
@@ -134,4 +129,4 @@ class Perplexity(_MaskedTokenMean):
         return label_smoothed_cross_entropy(labels, logits, 0.0)
 
     def result(self):
-        return tf.exp(tf.math.divide_no_nan(self.total, self.count))
+        return ops.exp(ops.divide_no_nan(self.total, self.count))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from tfformer import compat
 from tfformer.config import TransformerConfig
@@ -22,7 +22,7 @@ def _stack_kwargs(config: TransformerConfig, num_layers: int) -> dict[str, Any]:
 
 
 @keras.saving.register_keras_serializable(package="tfformer")
-class Transformer(keras.Model):
+class Transformer(compat.TrainerFixes, keras.Model):
     """Encoder-decoder Transformer with one shared vocabulary and tied embeddings (§3, §3.4).
 
     Args:
@@ -63,16 +63,16 @@ class Transformer(keras.Model):
         self.built = True
 
     @staticmethod
-    def _check_ids(ids, name: str) -> tf.Tensor:
-        ids = tf.convert_to_tensor(ids)
-        if ids.shape.rank != 2:
+    def _check_ids(ids, name: str):
+        ids = ops.convert_to_tensor(ids)
+        if len(ids.shape) != 2:
             raise ValueError(
                 f"{name} must be a rank-2 integer tensor [batch, length] of token ids, got "
-                f"shape {ids.shape}")
-        if not ids.dtype.is_integer:
-            raise ValueError(f"{name} must be an integer tensor of token ids, got dtype "
-                             f"{ids.dtype.name}")
-        return tf.cast(ids, tf.int32)
+                f"shape {tuple(ids.shape)}")
+        dtype = keras.backend.standardize_dtype(ids.dtype)
+        if "int" not in dtype:
+            raise ValueError(f"{name} must be an integer tensor of token ids, got dtype {dtype}")
+        return ops.cast(ids, "int32")
 
     def call(self, inputs, training=None):
         if not isinstance(inputs, (tuple, list)) or len(inputs) != 2:
@@ -103,12 +103,12 @@ class Transformer(keras.Model):
         return memory, source_mask
 
     @staticmethod
-    def _target_mask(target_ids) -> tf.Tensor:
+    def _target_mask(target_ids):
         """The decoder self-attention mask of a whole target: causal (§3.2.3) and padding."""
-        return tf.logical_and(causal_mask(tf.shape(target_ids)[1]),
-                              padding_mask(target_ids, PAD_ID))
+        return ops.logical_and(causal_mask(ops.shape(target_ids)[1]),
+                               padding_mask(target_ids, PAD_ID))
 
-    def attention_weights(self, source_ids, target_in_ids) -> dict[str, list[tf.Tensor]]:
+    def attention_weights(self, source_ids, target_in_ids) -> dict[str, list]:
         """Every attention weight of one teacher-forced pass, for inspection and plots.
 
         The same layers and weights as `call`, asked for their weights by a Python flag, so
@@ -139,7 +139,7 @@ class Transformer(keras.Model):
             self.build()
         return self.decoder.init_cache(memory)
 
-    def reorder_cache(self, cache, rows: tf.Tensor):
+    def reorder_cache(self, cache, rows):
         """The decoder cache of the rows `rows` (see `Decoder.reorder_cache`)."""
         return self.decoder.reorder_cache(cache, rows)
 
@@ -160,24 +160,15 @@ class Transformer(keras.Model):
         if cache is None:
             hidden = self.decoder(embeddings, memory, self._target_mask(target_ids), source_mask,
                                   training=training)
-            return tf.cast(self.embedding.logits(hidden), tf.float32)
+            return ops.cast(self.embedding.logits(hidden), "float32")
         if target_ids.shape[1] == 1:
             self_mask = None  # one new position sees every cached one: nothing to mask
         else:
-            new_length = tf.shape(target_ids)[1]
+            new_length = ops.shape(target_ids)[1]
             self_mask = causal_mask(new_length, self.decoder.cached_length(cache) + new_length)
         hidden, cache = self.decoder(embeddings, memory, self_mask, source_mask, cache=cache,
                                      training=training)
-        return tf.cast(self.embedding.logits(hidden), tf.float32), cache
-
-    def train_step(self, data):
-        return compat.reducible_logs(self.distribute_strategy, super().train_step(data))
-
-    def test_step(self, data):
-        return compat.reducible_logs(self.distribute_strategy, super().test_step(data))
-
-    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        compat.build_from_int_ids(self)  # Keras' own reduces a batch of ids to floats
+        return ops.cast(self.embedding.logits(hidden), "float32"), cache
 
     def get_config(self):
         return {**super().get_config(), "config": self.transformer_config.to_dict()}

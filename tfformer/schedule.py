@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 
 @keras.saving.register_keras_serializable(package="tfformer")
@@ -35,11 +35,12 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
         self.micro_batches_per_update = micro_batches_per_update
 
     def __call__(self, iterations):
-        updates_done = tf.math.floordiv(tf.cast(iterations, tf.int64),
+        # int32 counts 2^31 updates; JAX has no int64 unless x64 is enabled.
+        updates_done = ops.floor_divide(ops.cast(iterations, "int32"),
                                         self.micro_batches_per_update)
-        step = tf.cast(updates_done, tf.float32) + 1.0
+        step = ops.cast(updates_done, "float32") + 1.0
         return (self.scale * self.d_model ** -0.5
-                * tf.minimum(tf.math.rsqrt(step), step * float(self.warmup_steps) ** -1.5))
+                * ops.minimum(ops.rsqrt(step), step * float(self.warmup_steps) ** -1.5))
 
     def get_config(self):
         return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale,

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import keras
 
-from tfformer.callbacks import StopAtStep
 from tfformer.losses import MaskedAccuracy, MaskedLabelSmoothedCrossEntropy, Perplexity
 from tfformer.model import Transformer
-from tfformer.run_state import RunState, optimizer_step
 from tfformer.schedule import paper_optimizer
+
+if TYPE_CHECKING:
+    from tfformer.run_state import RunState
 
 
 def compile_transformer(model: Transformer, optimizer: keras.optimizers.Optimizer | None = None,
@@ -38,7 +39,7 @@ def compile_transformer(model: Transformer, optimizer: keras.optimizers.Optimize
     return model
 
 
-def fit_resumable(model: Transformer, train_data, *, run_state: RunState, total_steps: int,
+def fit_resumable(model: Transformer, train_data, *, run_state: "RunState", total_steps: int,
                   steps_per_epoch: int, validation_data=None, callbacks: Sequence = (),
                   verbose: int = 1) -> int:
     """Trains `model` until its optimizer has made `total_steps` updates, continuing from the
@@ -64,6 +65,10 @@ def fit_resumable(model: Transformer, train_data, *, run_state: RunState, total_
     Returns:
         the optimizer step reached (less than total_steps only if a callback stopped training).
     """
+    # Here, not at the top: the run's files use TensorFlow (TensorBoard), compiling does not.
+    from tfformer.callbacks import StopAtStep
+    from tfformer.run_state import optimizer_step
+
     accumulation = model.optimizer.gradient_accumulation_steps or 1
     if steps_per_epoch < 1 or steps_per_epoch % accumulation:
         raise ValueError(f"steps_per_epoch ({steps_per_epoch}) must be a positive multiple of "

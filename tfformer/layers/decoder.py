@@ -1,16 +1,18 @@
 """The decoder: N layers of masked self-attention, encoder-decoder attention and FFN (§3.1).
 
 One decoder serves training (whole target at once, causal mask), search (one token per step
-with a key/value cache) and the exported graph. A cache is a list with one dict per layer:
-    {"self_keys", "self_values"}: [batch, h, T_past, d_k], grown by one step per call;
-    {"cross_keys", "cross_values"}: [batch, h, T_source, d_k], projected once from the memory.
+with a key/value cache) and the exported graph. A cache is a list with one dict per layer, its tensors in the heads layout of
+`tfformer.layers.kernels` ([batch, h, T, d_k] on TensorFlow, [batch, T, h, d_k] elsewhere):
+    {"self_keys", "self_values"}: T_past positions, grown by one step per call;
+    {"cross_keys", "cross_values"}: T_source positions, projected once from the memory.
 """
 
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
+from keras import ops
 
+from tfformer.layers import kernels
 from tfformer.layers.attention import MultiHeadAttention
 from tfformer.layers.feed_forward import PositionwiseFeedForward
 from tfformer.layers.residual import SublayerConnection
@@ -66,7 +68,8 @@ class DecoderLayer(TransformerLayerBase):
     def init_cache(self, memory):
         """This layer's cache before the first step: empty self-attention, projected memory."""
         cross_keys, cross_values = self.cross_attention.project_key_value(memory)
-        empty = tf.zeros_like(cross_keys[:, :, :0, :])
+        empty = ops.zeros_like(cross_keys[:, :, :0, :] if kernels.SEQUENCE_AXIS == 2
+                               else cross_keys[:, :0])
         return {"self_keys": empty, "self_values": empty,
                 "cross_keys": cross_keys, "cross_values": cross_values}
 
@@ -144,17 +147,18 @@ class Decoder(LayerStack):
         return [layer.init_cache(memory) for layer in self.stack]
 
     @staticmethod
-    def cached_length(cache) -> tf.Tensor:
+    def cached_length(cache):
         """How many target positions the cache holds."""
-        return tf.shape(cache[0]["self_keys"])[2]
+        return ops.shape(cache[0]["self_keys"])[kernels.SEQUENCE_AXIS]
 
     @staticmethod
-    def reorder_cache(cache, rows: tf.Tensor):
+    def reorder_cache(cache, rows):
         """The cache of the rows `rows` (e.g. the beams kept by a search step). Rows are only
         ever taken from the same sentence's beams, whose cross-attention part is identical, so
         only the self-attention keys and values move."""
-        return [{**layer, "self_keys": tf.gather(layer["self_keys"], rows),
-                 "self_values": tf.gather(layer["self_values"], rows)} for layer in cache]
+        return [{**layer, "self_keys": kernels.gather_rows(layer["self_keys"], rows),
+                 "self_values": kernels.gather_rows(layer["self_values"], rows)}
+                for layer in cache]
 
     def call(self, embeddings, memory=None, self_attention_mask=None, cross_attention_mask=None,
              cache=None, return_attention_scores=False, training=None):

@@ -6,10 +6,12 @@ import math
 
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
+
+from tfformer.layers import kernels
 
 
-def sinusoidal_table(positions: tf.Tensor, d_model: int, dtype=tf.float32) -> tf.Tensor:
+def sinusoidal_table(positions, d_model: int, dtype="float32"):
     """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...) (§3.5).
 
     Args:
@@ -21,10 +23,10 @@ def sinusoidal_table(positions: tf.Tensor, d_model: int, dtype=tf.float32) -> tf
     """
     i = np.arange(d_model)
     # Column c uses frequency index 2 * (c // 2): even columns sin, odd columns cos, as in §3.5.
-    inverse_freq = tf.constant(1.0 / np.power(10000.0, (2 * (i // 2)) / d_model), tf.float32)
-    angles = tf.cast(positions, tf.float32)[:, tf.newaxis] * inverse_freq[tf.newaxis, :]
-    table = tf.where(tf.constant(i % 2 == 0), tf.sin(angles), tf.cos(angles))
-    return tf.cast(table, dtype)
+    inverse_freq = (1.0 / np.power(10000.0, (2 * (i // 2)) / d_model)).astype("float32")
+    angles = ops.expand_dims(ops.cast(positions, "float32"), 1) * inverse_freq[np.newaxis, :]
+    table = ops.where(i % 2 == 0, ops.sin(angles), ops.cos(angles))
+    return ops.cast(table, dtype)
 
 
 @keras.saving.register_keras_serializable(package="tfformer")
@@ -40,8 +42,9 @@ class SinusoidalPositionalEncoding(keras.layers.Layer):
     """
 
     def call(self, inputs, start=0):
-        positions = tf.range(tf.shape(inputs)[1]) + tf.cast(start, tf.int32)
-        return inputs + sinusoidal_table(positions, inputs.shape[-1], inputs.dtype)[tf.newaxis]
+        positions = ops.arange(ops.shape(inputs)[1], dtype="int32") + ops.cast(start, "int32")
+        table = sinusoidal_table(positions, inputs.shape[-1], inputs.dtype)
+        return inputs + ops.expand_dims(table, 0)
 
 
 @keras.saving.register_keras_serializable(package="tfformer")
@@ -70,12 +73,15 @@ class LearnedPositionalEmbedding(keras.layers.Layer):
         super().build(inputs_shape)
 
     def call(self, inputs, start=0):
-        start = tf.cast(start, tf.int32)
-        end = start + tf.shape(inputs)[1]
-        tf.debugging.assert_less_equal(
-            end, self.max_length, message="sequence is longer than the learned positions")
-        table = tf.cast(self.position_embeddings[start:end], inputs.dtype)
-        return inputs + table[tf.newaxis]
+        length = ops.shape(inputs)[1]
+        if isinstance(start, int) and isinstance(length, int) and start + length > self.max_length:
+            raise ValueError(f"sequence of {start + length} positions is longer than the "
+                             f"{self.max_length} learned positions")
+        start = ops.cast(start, "int32")
+        kernels.check_at_most(start + length, self.max_length,
+                              "sequence is longer than the learned positions")
+        table = ops.slice(self.position_embeddings, (start, 0), (length, inputs.shape[-1]))
+        return inputs + ops.expand_dims(ops.cast(table, inputs.dtype), 0)
 
     def get_config(self):
         return {**super().get_config(), "max_length": self.max_length}
@@ -109,14 +115,14 @@ class SharedEmbedding(keras.layers.Layer):
         super().build(ids_shape)
 
     def call(self, ids):
-        vectors = tf.gather(tf.cast(self.embeddings, self.compute_dtype), ids)
-        return vectors * tf.cast(math.sqrt(self.d_model), vectors.dtype)
+        vectors = kernels.gather_rows(self.embeddings, ids, self.compute_dtype)
+        return vectors * ops.cast(math.sqrt(self.d_model), vectors.dtype)
 
     def logits(self, x):
         """Pre-softmax linear transformation sharing the embedding matrix."""
-        flat = tf.reshape(x, [-1, self.d_model])
-        logits = tf.matmul(flat, tf.cast(self.embeddings, x.dtype), transpose_b=True)
-        return tf.reshape(logits, tf.concat([tf.shape(x)[:-1], [self.vocab_size]], axis=0))
+        flat = ops.reshape(x, (-1, self.d_model))
+        logits = kernels.matmul_transposed(flat, self.embeddings)
+        return ops.reshape(logits, tuple(ops.shape(x)[:-1]) + (self.vocab_size,))
 
     def compute_output_shape(self, ids_shape):
         return tuple(ids_shape) + (self.d_model,)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
+from keras import ops
 
-from tfformer.layers.affine import affine
+from tfformer.layers import kernels
 
 
 @keras.saving.register_keras_serializable(package="tfformer")
@@ -28,7 +28,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.d_model = d_model
         self.d_ff = d_ff
         # The Dense layers only hold W_1, b_1 and W_2, b_2 (the usual .keras layout); `call`
-        # applies them with `affine` on 2-D rows, which oneDNN fuses (see layers/affine.py).
+        # applies them with `affine` on 2-D rows, which oneDNN fuses (see layers/kernels.py).
         self.inner = keras.layers.Dense(d_ff, name="inner")
         self.outer = keras.layers.Dense(d_model, name="outer")
 
@@ -38,9 +38,10 @@ class PositionwiseFeedForward(keras.layers.Layer):
         super().build(inputs_shape)
 
     def call(self, inputs):
-        rows = tf.reshape(inputs, [-1, self.d_model])
-        hidden = tf.nn.relu(affine(rows, self.inner.kernel, self.inner.bias))
-        return tf.reshape(affine(hidden, self.outer.kernel, self.outer.bias), tf.shape(inputs))
+        rows = ops.reshape(inputs, (-1, self.d_model))
+        hidden = ops.relu(kernels.affine(rows, self.inner.kernel, self.inner.bias))
+        return ops.reshape(kernels.affine(hidden, self.outer.kernel, self.outer.bias),
+                           ops.shape(inputs))
 
     def compute_output_shape(self, inputs_shape):
         return inputs_shape
