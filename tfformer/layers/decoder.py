@@ -1,8 +1,9 @@
 """The decoder: N layers of masked self-attention, encoder-decoder attention and FFN (§3.1).
 
 One decoder serves training (whole target at once, causal mask), search (one token per step
-with a key/value cache) and the exported graph. A cache is a list with one dict per layer, its tensors in the heads layout of
-`tfformer.layers.kernels` ([batch, h, T, d_k] on TensorFlow, [batch, T, h, d_k] elsewhere):
+with a key/value cache) and the exported graph. A cache is a list with one dict per layer, its
+tensors in the heads layout of `tfformer.layers.kernels` ([batch, h, T, d_k] on TensorFlow,
+[batch, T, h, d_k] elsewhere):
     {"self_keys", "self_values"}: T_past positions, grown by one step per call;
     {"cross_keys", "cross_values"}: T_source positions, projected once from the memory.
 """
