@@ -2,7 +2,9 @@
 
 `import tfformer` imports nothing heavy: the names below load their modules (and Keras, on the
 backend KERAS_BACKEND names) when first used, so that a program can choose the backend after
-importing tfformer, and the model side runs where TensorFlow is not installed.
+importing tfformer, and the model side runs where TensorFlow is not installed. Keras finds
+tfformer's classes in a saved `.keras` file once they are loaded: use `tfformer.Transformer`
+(or import `tfformer.model`) before `keras.models.load_model`.
 """
 
 from __future__ import annotations

@@ -9,12 +9,13 @@ import time
 from typing import Sequence
 
 import keras
+import numpy as np
 import sacrebleu
-import tensorflow as tf
 
+from tfformer import eager_search
 from tfformer.files import atomic_write, remove_temporaries
+from tfformer.layers.kernels import ON_TENSORFLOW
 from tfformer.run_state import optimizer_step
-from tfformer.translator import Translator
 
 logger = logging.getLogger(__name__)
 
@@ -25,7 +26,8 @@ class DevBleu(keras.callbacks.Callback):
     Args:
         tokenizer: the run's Tokenizer.
         pairs: (source, reference) dev pairs; the first `max_sentences` are decoded.
-        max_sentences: how many to decode (greedy, with the cache, in batches).
+        max_sentences: how many to decode (greedy, with the cache, in batches: in the graph
+            on TensorFlow, step by step in `keras.ops` on other backends).
         batch_size: sentences per search call.
         num_samples: how many (source, hypothesis, reference) triples to log.
     """
@@ -40,13 +42,20 @@ class DevBleu(keras.callbacks.Callback):
         self.samples: list[tuple[str, str, str]] = []
         self._translator = None
 
-    def translate(self, sources: Sequence[str]) -> list[str]:
+    def _translate_batch(self, sources: Sequence[str]) -> list[tuple[str, float]]:
+        if not ON_TENSORFLOW:
+            return eager_search.translate_texts(self.model, self.tokenizer, sources)
         if self._translator is None or self._translator.model is not self.model:
+            from tfformer.translator import Translator
+
             self._translator = Translator(self.model, self.tokenizer, beam_size=1)
+        return self._translator.translate_texts(sources)
+
+    def translate(self, sources: Sequence[str]) -> list[str]:
         hypotheses = []
         for start in range(0, len(sources), self.batch_size):
             batch = sources[start:start + self.batch_size]
-            hypotheses += [text for text, _ in self._translator.translate_texts(batch)]
+            hypotheses += [text for text, _ in self._translate_batch(batch)]
         return hypotheses
 
     def on_epoch_end(self, epoch, logs=None):
@@ -159,7 +168,7 @@ def average_checkpoints(model: keras.Model, paths: Sequence[str]) -> keras.Model
         if not os.path.exists(path):
             raise FileNotFoundError(f"checkpoint {path} not found")
         model.load_weights(path)
-        weights = [tf.cast(w, tf.float64).numpy() for w in model.weights]
+        weights = [keras.ops.convert_to_numpy(w).astype(np.float64) for w in model.weights]
         total = weights if total is None else [t + w for t, w in zip(total, weights)]
     for variable, summed in zip(model.weights, total):
         # Float weights are averaged; integer state (e.g. dropout seeds) keeps the last value.

@@ -7,7 +7,10 @@ from typing import Any
 import keras
 from keras import ops
 
-from tfformer import compat
+# losses and schedule: their classes are registered with Keras here, so that the .keras file of
+# a compiled model (whose compile config names the loss, metrics and learning-rate schedule)
+# loads wherever the Transformer can.
+from tfformer import compat, losses, schedule  # noqa: F401
 from tfformer.config import TransformerConfig
 from tfformer.layers import Decoder, Encoder, SharedEmbedding, causal_mask, padding_mask
 from tfformer.special_tokens import PAD_ID
@@ -133,17 +136,19 @@ class Transformer(compat.TrainerFixes, keras.Model):
                 "decoder_self": [layer["self"] for layer in decoder_weights],
                 "decoder_cross": [layer["cross"] for layer in decoder_weights]}
 
-    def init_cache(self, memory):
-        """The decoder cache before the first step: cross-attention keys/values computed once."""
+    def init_cache(self, memory, capacity: int | None = None):
+        """The decoder cache before the first step: cross-attention keys/values computed once;
+        self-attention grown by each step, or of a fixed `capacity` (see `decode`)."""
         if not self.built:
             self.build()
-        return self.decoder.init_cache(memory)
+        return self.decoder.init_cache(memory, capacity)
 
     def reorder_cache(self, cache, rows):
         """The decoder cache of the rows `rows` (see `Decoder.reorder_cache`)."""
         return self.decoder.reorder_cache(cache, rows)
 
-    def decode(self, target_ids, memory, source_mask, cache=None, training=None):
+    def decode(self, target_ids, memory, source_mask, cache=None, cache_index=None,
+               training=None):
         """Decoder + pre-softmax projection.
 
         Args:
@@ -152,6 +157,10 @@ class Transformer(compat.TrainerFixes, keras.Model):
             memory: encoder output from `encode` (unused with a cache).
             source_mask: from `encode`.
             cache: None, or from `init_cache` / the previous `decode` call.
+            cache_index: for a fixed-capacity cache (`init_cache(memory, capacity)`), the
+                position of target_ids' first token; every step then has the same shapes (what
+                JAX compiles once). None for a cache grown by each call (TensorFlow's search and
+                the SavedModel: no XlaDynamicUpdateSlice).
 
         Returns:
             logits [batch, T, vocab] (float32), plus the grown cache when `cache` was given.
@@ -161,13 +170,15 @@ class Transformer(compat.TrainerFixes, keras.Model):
             hidden = self.decoder(embeddings, memory, self._target_mask(target_ids), source_mask,
                                   training=training)
             return ops.cast(self.embedding.logits(hidden), "float32")
-        if target_ids.shape[1] == 1:
+        new_length = ops.shape(target_ids)[1]
+        if cache_index is not None:  # the unwritten positions of the capacity are hidden too
+            self_mask = causal_mask(new_length, self.decoder.cached_length(cache), cache_index)
+        elif target_ids.shape[1] == 1:
             self_mask = None  # one new position sees every cached one: nothing to mask
         else:
-            new_length = ops.shape(target_ids)[1]
             self_mask = causal_mask(new_length, self.decoder.cached_length(cache) + new_length)
         hidden, cache = self.decoder(embeddings, memory, self_mask, source_mask, cache=cache,
-                                     training=training)
+                                     cache_index=cache_index, training=training)
         return ops.cast(self.embedding.logits(hidden), "float32"), cache
 
     def get_config(self):

@@ -19,6 +19,7 @@ import os
 import time
 from typing import Any, Sequence
 
+from tfformer.backends import BACKENDS
 from tfformer.config import (
     PAPER_WARMUP_STEPS,
     PRESET_WARMUP_STEPS,
@@ -68,7 +69,9 @@ class TrainSettings:
         mixed_precision: None, "bf16" or "fp16".
         jit: compile train steps with XLA.
         grad_accum: batches per optimizer update.
-        devices: split the CPU into this many logical devices (before TensorFlow starts).
+        devices: split the CPU into this many devices (before the backend starts).
+        backend: the Keras backend, "tensorflow" or "jax" (None: KERAS_BACKEND's, else
+            TensorFlow); chosen before anything imports Keras (`tfformer.backends`).
         keep_checkpoints: how many epoch checkpoints to keep (the paper averages 5, §6.1).
         backup_every: updates between backups within an epoch.
         dev_sentences: dev sentences decoded for BLEU after each epoch (0: none).
@@ -94,6 +97,7 @@ class TrainSettings:
     jit: bool = False
     grad_accum: int = 1
     devices: int | None = None
+    backend: str | None = None
     keep_checkpoints: int = 5
     backup_every: int = 50
     dev_sentences: int = 200
@@ -122,6 +126,8 @@ class TrainSettings:
         if self.mixed_precision not in (None, "bf16", "fp16"):
             raise ValueError(f"mixed_precision must be None, 'bf16' or 'fp16', got "
                              f"{self.mixed_precision!r}")
+        if self.backend is not None and self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {sorted(BACKENDS)}, got {self.backend!r}")
         if not self.steps and not self.epochs:
             self.steps = DEFAULT_STEPS
 
@@ -201,15 +207,14 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
     """
     settings = settings or TrainSettings()
     started = time.monotonic()
-    # Device layout and strategy first: both must exist before TensorFlow runs any op.
-    from tfformer import distribute
+    # Backend, device layout and strategy first: Keras and TensorFlow read them when they start.
+    from tfformer import backends, distribute
 
-    if settings.devices and settings.devices > 1:
-        distribute.split_cpu(settings.devices)
-    strategy = distribute.select_strategy()
+    backend = backends.select_backend(settings.backend)
     if settings.max_minutes and distribute.tf_config_workers() > 1:
         raise ValueError("max_minutes works in one process only: each worker would stop at "
                          "another batch; give steps or epochs")
+    placement = distribute.place(backend, settings.devices)
 
     import keras
 
@@ -232,8 +237,8 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
     from tfformer.training import compile_transformer, fit_resumable
 
     shared = RunDir(out)
-    chief = distribute.is_chief(strategy)
-    run = shared if chief else shared.worker(strategy.cluster_resolver.task_id)
+    chief = placement.chief
+    run = shared if chief else shared.worker(placement.strategy.cluster_resolver.task_id)
     os.makedirs(run.path, exist_ok=True)
 
     warmup_steps = settings.warmup_steps or (
@@ -268,8 +273,8 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
 
     run_state = RunState(run.path, settings.backup_every,
                          keep_initial_weights=settings.keep_initial_weights)
-    replicas = strategy.num_replicas_in_sync
-    num_workers, worker_index = distribute.worker_shard(strategy)
+    replicas = placement.replicas
+    num_workers, worker_index = placement.num_workers, placement.worker_index
     counters = Counters()
     # A resumed run reshuffles with another seed; the same seed would replay the first batches.
     train_data = run_data.training_batches(
@@ -309,15 +314,16 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
                 accumulation, steps_per_epoch // accumulation,
                 math.ceil(total_steps / (steps_per_epoch // accumulation)))
 
-    with strategy.scope():
+    with placement.scope():
         model = Transformer(config)
         model.build()
         optimizer = paper_optimizer(config.d_model, warmup_steps, scale=settings.lr_scale,
                                     gradient_accumulation_steps=accumulation)
+        # JAX always compiles its steps (jit_compile=False would run every op eagerly).
         compile_transformer(model, optimizer=optimizer, label_smoothing=settings.label_smoothing,
-                            jit_compile=settings.jit)
-    logger.info("model: %s parameters, %d replica(s) under %s", f"{model.count_params():,}",
-                replicas, type(strategy).__name__)
+                            jit_compile=settings.jit if backend == "tensorflow" else "auto")
+    logger.info("model: %s parameters, Keras on %s, %s", f"{model.count_params():,}", backend,
+                placement.description)
 
     callbacks = [
         keras.callbacks.TerminateOnNaN(),
@@ -331,7 +337,7 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
     if settings.max_minutes:
         stop_at_time = StopAtTime(started + 60 * settings.max_minutes)
         callbacks.append(stop_at_time)
-    with strategy.scope():
+    with placement.scope():
         logger.info("starting at step %d of %d", run_state.step, total_steps)
         try:
             step = fit_resumable(model, train_data, run_state=run_state,

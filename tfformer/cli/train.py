@@ -75,6 +75,9 @@ def parse_args(argv=None, recipe: str | None = None) -> argparse.Namespace:
                              "updates)")
     parser.add_argument("--devices", type=int, default=None, metavar="N",
                         help="split the CPU into N logical devices (multi-device without GPUs)")
+    parser.add_argument("--backend", choices=("tensorflow", "jax"), default=None,
+                        help="Keras backend (default: KERAS_BACKEND's, else tensorflow); "
+                             "jax needs the jax extra")
     parser.add_argument("--keep-checkpoints", type=int, default=5, metavar="K")
     parser.add_argument("--backup-every", type=int, default=50, metavar="STEPS",
                         help="optimizer updates between backups within an epoch (every epoch "
@@ -145,13 +148,21 @@ def main(argv=None) -> int:
 
 
 def print_samples(result) -> None:
-    """A few dev translations (beam search) and the last history row as JSON."""
-    from tfformer.translator import Translator
+    """A few dev translations (beam search; greedy off TensorFlow) and the last history row as
+    JSON."""
+    from tfformer.layers.kernels import ON_TENSORFLOW
 
     samples = result.dev_pairs[:5]
-    translations = Translator(result.model, result.tokenizer).translate_texts(
-        [source for source, _ in samples])
-    print("\nSample translations (dev, beam search):")
+    sources = [source for source, _ in samples]
+    if ON_TENSORFLOW:
+        from tfformer.translator import Translator
+
+        translations = Translator(result.model, result.tokenizer).translate_texts(sources)
+    else:  # the in-graph search is TensorFlow's; the model runs on another backend here
+        from tfformer.eager_search import translate_texts
+
+        translations = translate_texts(result.model, result.tokenizer, sources)
+    print(f"\nSample translations (dev, {'beam' if ON_TENSORFLOW else 'greedy'} search):")
     for (source, reference), (hypothesis, _) in zip(samples, translations):
         print(f"  src: {source}\n  hyp: {hypothesis}\n  ref: {reference}\n")
     final = result.history[-1] if result.history else {}

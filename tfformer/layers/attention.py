@@ -19,13 +19,15 @@ def padding_mask(ids, pad_id: int):
     return ops.expand_dims(ops.not_equal(ids, pad_id), 1)
 
 
-def causal_mask(query_length, key_length=None):
+def causal_mask(query_length, key_length=None, query_start=None):
     """[1, T_q, T_k] mask: each position attends to itself and earlier positions only (§3.2.3).
 
-    With a cache, the T_q new queries are the last T_q of the T_k key positions.
+    With a cache, the T_q new queries are at positions query_start... of the T_k keys; by
+    default the last T_q of them (a cache grown to hold them).
     """
     key_length = query_length if key_length is None else key_length
-    rows = ops.expand_dims(ops.arange(query_length) + (key_length - query_length), 1)
+    query_start = key_length - query_length if query_start is None else query_start
+    rows = ops.expand_dims(ops.arange(query_length) + query_start, 1)
     cols = ops.expand_dims(ops.arange(key_length), 0)
     return ops.expand_dims(ops.greater_equal(rows, cols), 0)
 
@@ -93,7 +95,9 @@ class MultiHeadAttention(keras.layers.Layer):
     - self-attention: pass `cache=(keys, values)` of the previous steps (in the heads layout,
       T_past positions); the new keys/values are appended with a concat (not `slice_update`,
       which lowers to XlaDynamicUpdateSlice, an op stock TF Serving lacks) and the grown cache
-      is returned.
+      is returned. With `cache_index`, the cache has a fixed capacity instead and the new
+      keys/values are written in place at that position (`slice_update`): every step then has
+      the same shapes, which JAX compiles once; the mask must hide the unwritten positions.
     - cross-attention: compute `cache = layer.project_key_value(encoder_output)` once and pass
       `cache=cache, key_value=None`; the static cache is returned unchanged.
 
@@ -109,6 +113,8 @@ class MultiHeadAttention(keras.layers.Layer):
             projected keys/values of a static memory.
         attention_mask: optional boolean [batch, T_q, T_k] (broadcastable); True = attend.
         cache: optional (keys, values) tuple, each in the heads layout with T_cache positions.
+        cache_index: None (a cache grown by concat), or the position at which to write the new
+            keys/values into a fixed-capacity cache.
         return_attention_scores: also return the attention weights [batch, h, T_q, T_k] (as
             `keras.layers.MultiHeadAttention` does), last in the returned tuple. A Python flag:
             the default traces the same graph as before, so training and export are unchanged.
@@ -169,17 +175,22 @@ class MultiHeadAttention(keras.layers.Layer):
         return (self._split_heads(key_value, self.key_kernel, self.key_bias),
                 self._split_heads(key_value, self.value_kernel, self.value_bias))
 
-    def call(self, query, key_value=None, attention_mask=None, cache=None,
+    def call(self, query, key_value=None, attention_mask=None, cache=None, cache_index=None,
              return_attention_scores=False, training=None):
         if key_value is None and cache is None:
             raise ValueError("MultiHeadAttention needs key_value, cache, or both")
         q = self._split_heads(query, self.query_kernel, self.query_bias)
         if key_value is not None:
             keys, values = self.project_key_value(key_value)
-            if cache is not None:
+            if cache is not None and cache_index is None:
                 axis = kernels.SEQUENCE_AXIS
                 keys = ops.concatenate([ops.cast(cache[0], keys.dtype), keys], axis=axis)
                 values = ops.concatenate([ops.cast(cache[1], values.dtype), values], axis=axis)
+            elif cache is not None:
+                start = [0, 0, 0, 0]
+                start[kernels.SEQUENCE_AXIS] = cache_index
+                keys = ops.slice_update(ops.cast(cache[0], keys.dtype), start, keys)
+                values = ops.slice_update(ops.cast(cache[1], values.dtype), start, values)
         else:
             keys, values = cache
         if attention_mask is not None:

@@ -33,6 +33,7 @@ class DecoderLayer(TransformerLayerBase):
         self_attention_mask: boolean [batch, T, T_past + T]; causal (and padding) mask.
         cross_attention_mask: boolean [batch, 1, S]; False at source pads.
         cache: None, or this layer's cache dict (see module docstring).
+        cache_index: with a fixed-capacity cache, the position of the first new token.
         return_attention_scores: also return the attention weights (without a cache only).
         training: whether dropout is active.
 
@@ -66,16 +67,18 @@ class DecoderLayer(TransformerLayerBase):
             connection.build(inputs_shape)
         super().build(inputs_shape)
 
-    def init_cache(self, memory):
-        """This layer's cache before the first step: empty self-attention, projected memory."""
+    def init_cache(self, memory, capacity: int | None = None):
+        """This layer's cache before the first step: an empty self-attention part (or one of
+        `capacity` zero positions, written in place), and the projected memory."""
         cross_keys, cross_values = self.cross_attention.project_key_value(memory)
-        empty = ops.zeros_like(cross_keys[:, :, :0, :] if kernels.SEQUENCE_AXIS == 2
-                               else cross_keys[:, :0])
+        shape = list(ops.shape(cross_keys))
+        shape[kernels.SEQUENCE_AXIS] = capacity or 0
+        empty = ops.zeros(shape, cross_keys.dtype)
         return {"self_keys": empty, "self_values": empty,
                 "cross_keys": cross_keys, "cross_values": cross_values}
 
     def call(self, inputs, memory=None, self_attention_mask=None, cross_attention_mask=None,
-             cache=None, return_attention_scores=False, training=None):
+             cache=None, cache_index=None, return_attention_scores=False, training=None):
         if return_attention_scores and cache is not None:
             raise ValueError("return_attention_scores works without a cache (teacher forcing)")
         weights = {}
@@ -89,7 +92,7 @@ class DecoderLayer(TransformerLayerBase):
         else:
             y, (keys, values) = self.self_attention(
                 h, h, self_attention_mask, cache=(cache["self_keys"], cache["self_values"]),
-                training=training)
+                cache_index=cache_index, training=training)
         x = self.self_attention_connection(inputs, y, training=training)
 
         h = self.cross_attention_connection.sublayer_input(x)
@@ -129,6 +132,8 @@ class Decoder(LayerStack):
         self_attention_mask: boolean [batch, T, T_past + T] (see DecoderLayer).
         cross_attention_mask: boolean [batch, 1, S].
         cache: None, or the list of per-layer caches from `init_cache` / a previous call.
+        cache_index: None for a cache grown by each call; for a fixed-capacity cache
+            (`init_cache(memory, capacity)`), the position of the first new token.
         return_attention_scores: also return each layer's weights (without a cache only).
         training: whether dropout is active.
 
@@ -143,9 +148,10 @@ class Decoder(LayerStack):
         self.build_stack(embeddings_shape, memory_shape or embeddings_shape)
         super().build(embeddings_shape)
 
-    def init_cache(self, memory):
-        """The cache before the first decoding step, one dict per layer."""
-        return [layer.init_cache(memory) for layer in self.stack]
+    def init_cache(self, memory, capacity: int | None = None):
+        """The cache before the first decoding step, one dict per layer: grown by each step, or
+        of a fixed `capacity` of target positions written in place (see `call`)."""
+        return [layer.init_cache(memory, capacity) for layer in self.stack]
 
     @staticmethod
     def cached_length(cache):
@@ -162,8 +168,9 @@ class Decoder(LayerStack):
                 for layer in cache]
 
     def call(self, embeddings, memory=None, self_attention_mask=None, cross_attention_mask=None,
-             cache=None, return_attention_scores=False, training=None):
-        start = 0 if cache is None else self.cached_length(cache)
+             cache=None, cache_index=None, return_attention_scores=False, training=None):
+        start = 0 if cache is None else (
+            self.cached_length(cache) if cache_index is None else cache_index)
         x = self.embed(embeddings, start, training)
         new_cache, weights = [], []
         for i, layer in enumerate(self.stack):
@@ -175,7 +182,8 @@ class Decoder(LayerStack):
                 x = layer(x, memory, self_attention_mask, cross_attention_mask, training=training)
             else:
                 x, layer_cache = layer(x, memory, self_attention_mask, cross_attention_mask,
-                                       cache=cache[i], training=training)
+                                       cache=cache[i], cache_index=cache_index,
+                                       training=training)
                 new_cache.append(layer_cache)
         x = self.finish(x)
         if return_attention_scores:

@@ -1,0 +1,80 @@
+"""A few `fit` steps on the real data pipeline under JAX: keras.distribution.DataParallel over
+2 host devices vs 1 device, on the same batches and initial weights.
+
+Run as a script by tests/test_jax_training.py (it sets KERAS_BACKEND=jax); prints a JSON report
+on its last line.
+"""
+
+import json
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from tfformer.distribute import place  # noqa: E402
+
+placement = place("jax", 2)  # XLA_FLAGS: two host devices, before JAX starts
+
+import jax  # noqa: E402
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+from tfformer import Transformer, TransformerConfig, compile_transformer  # noqa: E402
+from tfformer.builtin_corpus import builtin_pairs  # noqa: E402
+from tfformer.data import make_dataset  # noqa: E402
+from tfformer.run_state import optimizer_step  # noqa: E402
+from tfformer.tokenizer import Tokenizer  # noqa: E402
+
+assert keras.backend.backend() == "jax"
+keras.utils.set_random_seed(0)
+pairs = builtin_pairs("train", n=600)
+tokenizer = Tokenizer.train([s for p in pairs for s in p], 300)
+config = TransformerConfig(vocab_size=tokenizer.vocab_size, d_model=32, num_heads=2, d_ff=64,
+                           num_encoder_layers=1, num_decoder_layers=1, dropout=0.0,
+                           max_length=64)
+dataset, _ = make_dataset(pairs, tokenizer, batch_tokens=600, max_length=64, shuffle=False,
+                          batch_multiple=2)
+batches = [((s.numpy(), t.numpy()), y.numpy()) for (s, t), y in dataset.take(4)]
+initial = Transformer(config)
+initial.build()
+initial_weights = initial.get_weights()
+
+
+class BatchLosses(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.losses = []  # across the fits below
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.losses.append(float(logs["loss"]))
+
+
+def run():
+    model = Transformer(config)
+    model.build()
+    model.set_weights(initial_weights)
+    # SGD: weights then differ only by the gradients' float noise (Adam's early steps are
+    # ~lr * sign(g), which turns that noise in near-zero gradients into full steps).
+    compile_transformer(model, optimizer=keras.optimizers.SGD(learning_rate=0.5))
+    recorder = BatchLosses()
+    for inputs, labels in batches:  # one fit per batch: each batch has its own shape
+        model.fit(inputs, labels, batch_size=len(labels), epochs=1, verbose=0, shuffle=False,
+                  callbacks=[recorder])
+    # DataParallel keeps a replica of every weight on each device.
+    sharding = model.embedding.embeddings.value.sharding
+    return recorder.losses, model.get_weights(), optimizer_step(model), sharding
+
+
+parallel_losses, parallel_weights, parallel_steps, sharding = run()
+distribution = keras.distribution.distribution()
+keras.distribution.set_distribution(None)
+single_losses, single_weights, single_steps, _ = run()
+print(json.dumps({
+    "distribution": type(distribution).__name__, "replicas": placement.replicas,
+    "devices": [str(d) for d in jax.devices()],
+    "weights_on_devices": len(sharding.device_set),
+    "batch_sizes": [int(b[1].shape[0]) for b in batches],
+    "parallel_losses": parallel_losses, "single_losses": single_losses,
+    "steps": [parallel_steps, single_steps],
+    "max_weight_diff": max(float(np.abs(a - b).max())
+                           for a, b in zip(parallel_weights, single_weights)),
+}))
