@@ -17,6 +17,40 @@ def tiny_config():
                              dropout=0.1)
 
 
+@pytest.fixture(scope="module")
+def search_model():
+    """A random model whose EOS is likelier, so that hypotheses end at different lengths,
+    before the limit (tests of the searches)."""
+    import keras
+
+    from tfformer import Transformer, TransformerConfig
+    from tfformer.special_tokens import EOS_ID
+
+    keras.utils.set_random_seed(7)
+    config = TransformerConfig(vocab_size=30, d_model=32, num_heads=4, d_ff=64,
+                               num_encoder_layers=2, num_decoder_layers=2, dropout=0.0)
+    model = Transformer(config)
+    model.build()
+    weights = keras.ops.convert_to_numpy(model.embedding.embeddings)
+    weights[EOS_ID] *= 3.0
+    model.embedding.embeddings.assign(weights)
+    return model
+
+
+@pytest.fixture(scope="module")
+def search_sources():
+    """Four EOS-terminated, PAD-padded sources of lengths 8, 3, 6 and 5 (ids < 30)."""
+    import numpy as np
+
+    from tfformer.special_tokens import EOS_ID, PAD_ID
+
+    ids = np.random.default_rng(3).integers(4, 30, size=(4, 8)).astype("int32")
+    for row, length in enumerate([8, 3, 6, 5]):
+        ids[row, length - 1] = EOS_ID
+        ids[row, length:] = PAD_ID
+    return ids
+
+
 def pytest_collection_modifyitems(config, items):
     """Slow end-to-end tests first: under `pytest -n 2` (make test) the longest tests then start
     at once instead of leaving one worker alone at the end."""

@@ -16,32 +16,12 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from tfformer import Transformer, TransformerConfig, compile_transformer  # noqa: E402
-from tfformer.builtin_corpus import builtin_pairs  # noqa: E402
+from tests.small_fit import BatchLosses, small_setup  # noqa: E402
+from tfformer import Transformer, compile_transformer  # noqa: E402
 from tfformer.callbacks import optimizer_step  # noqa: E402
-from tfformer.data import make_dataset  # noqa: E402
-from tfformer.tokenizer import Tokenizer  # noqa: E402
 
-keras.utils.set_random_seed(0)
-pairs = builtin_pairs("train", n=600)
-tokenizer = Tokenizer.train([s for p in pairs for s in p], 300)
-config = TransformerConfig(vocab_size=tokenizer.vocab_size, d_model=32, num_heads=2, d_ff=64,
-                           num_encoder_layers=1, num_decoder_layers=1, dropout=0.0,
-                           max_length=64)
-dataset, _ = make_dataset(pairs, tokenizer, batch_tokens=600, max_length=64, shuffle=False,
-                          batch_multiple=2)
+config, dataset, initial_weights = small_setup()
 batches = list(dataset.take(4))
-initial = Transformer(config)
-initial.build()
-initial_weights = initial.get_weights()
-
-
-class BatchLosses(keras.callbacks.Callback):
-    def on_train_begin(self, logs=None):
-        self.losses = []
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.losses.append(float(logs["loss"]))
 
 
 def run(strategy):

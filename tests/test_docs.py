@@ -617,6 +617,13 @@ make test   # creates .venv (+ a TF 2.20 venv for the serving-compatibility chec
                 subs={"--epochs 10": "--steps 1", "--batch-tokens 25000": "--batch-tokens 256"}),
             Cmd(check_tfds_train, append="--steps 2 --steps-per-epoch 2 --dev-sentences 2"),
         ]),
+        Excepted("sh", """\
+.venv/bin/pip install -e '.[jax]'                           # JAX for the CPU (pinned)
+.venv/bin/tfformer-train --backend jax --out runs/tiny-jax  # or KERAS_BACKEND=jax tfformer-train
+.venv/bin/tfformer-export runs/tiny-jax --model-base-path models --name tfformer-jax
+""", reason="make test installs the jax extra; tests/test_jax_training.py runs tfformer-train "
+            "--backend jax (killed with -9, resumed) and exports that run with the TensorFlow "
+            "path, with small settings: a JAX run here would repeat it in this test"),
         Sh("""\
 .venv/bin/tfformer-average runs/tiny-builtin --last 5      # -> runs/tiny-builtin/model-avg5.keras
 .venv/bin/tfformer-evaluate runs/tiny-builtin --data test.tsv --beam-size 4 --out eval/
@@ -686,10 +693,11 @@ tfformer/translator.py (tokenizer + model + search)    tfformer/contract.py (sig
       |                                                 tensor names, version-directory rule)
       v
 tfformer/training.py  run_state.py  run_data.py  callbacks.py  data.py  corpus.py  tokenizer.py
-                      distribute.py  files.py  plots.py  attention_maps.py
+                      distribute.py  backends.py  files.py  plots.py  attention_maps.py
       |
       v
-tfformer/model.py  search.py  layers/  losses.py  schedule.py  config.py  run_dir.py
+tfformer/model.py  search.py  eager_search.py  layers/  losses.py  schedule.py  config.py
+                   (layers/kernels.py: the backend-specific fast forms)          run_dir.py
 """, reason="a diagram of the package layout (tests/test_layout.py checks the imports)"),
     ],
     "training/README.md": [

@@ -1,40 +1,13 @@
 """Graph greedy/beam search against a plain NumPy beam search and against each other."""
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfformer import Transformer, TransformerConfig
 from tfformer.search import beam_search, greedy_search
 from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 EXTRA = 6
-
-
-@pytest.fixture(scope="module")
-def model():
-    keras.utils.set_random_seed(7)
-    config = TransformerConfig(vocab_size=30, d_model=32, num_heads=4, d_ff=64,
-                               num_encoder_layers=2, num_decoder_layers=2, dropout=0.0)
-    model = Transformer(config)
-    model.build()
-    # Make EOS likelier so that hypotheses end at different lengths, before the limit.
-    weights = model.embedding.embeddings.numpy()
-    weights[EOS_ID] *= 3.0
-    model.embedding.embeddings.assign(weights)
-    return model
-
-
-@pytest.fixture(scope="module")
-def sources():
-    rng = np.random.default_rng(3)
-    ids = rng.integers(4, 30, size=(4, 8)).astype("int32")
-    lengths = [8, 3, 6, 5]  # EOS-terminated, then padded
-    for row, length in enumerate(lengths):
-        ids[row, length - 1] = EOS_ID
-        ids[row, length:] = PAD_ID
-    return ids
 
 
 def next_log_probs(model, source_row, prefix):
@@ -78,12 +51,13 @@ def strip(tokens):
 
 
 @pytest.mark.parametrize("k, alpha", [(4, 0.6), (3, 0.0), (2, 1.0)])
-def test_graph_beam_search_equals_numpy_reference(model, sources, k, alpha):
-    result = beam_search(model, sources, beam_size=k, alpha=alpha, max_output_extra=EXTRA,
+def test_graph_beam_search_equals_numpy_reference(search_model, search_sources, k, alpha):
+    result = beam_search(search_model, search_sources, beam_size=k, alpha=alpha,
+                         max_output_extra=EXTRA,
                          n_best=k)
     lengths_seen = set()
-    for row in range(len(sources)):
-        expected = reference_beam_search(model, sources[row], k, alpha, EXTRA)
+    for row in range(len(search_sources)):
+        expected = reference_beam_search(search_model, search_sources[row], k, alpha, EXTRA)
         assert len(expected) == k
         for rank, (sequence, score) in enumerate(expected):
             got = strip(result.tokens.numpy()[row, rank])
@@ -93,49 +67,51 @@ def test_graph_beam_search_equals_numpy_reference(model, sources, k, alpha):
     assert len(lengths_seen) > 2  # hypotheses of several lengths: the test is not degenerate
 
 
-def test_greedy_equals_beam_of_one_without_length_penalty(model, sources):
-    greedy = greedy_search(model, sources, max_output_extra=EXTRA)
-    beam = beam_search(model, sources, beam_size=1, alpha=0.0, max_output_extra=EXTRA)
+def test_greedy_equals_beam_of_one_without_length_penalty(search_model, search_sources):
+    greedy = greedy_search(search_model, search_sources, max_output_extra=EXTRA)
+    beam = beam_search(search_model, search_sources, beam_size=1, alpha=0.0, max_output_extra=EXTRA)
     np.testing.assert_array_equal(greedy.tokens.numpy(), beam.tokens.numpy())
     np.testing.assert_allclose(greedy.scores.numpy(), beam.scores.numpy(), atol=1e-5)
 
 
 @pytest.mark.parametrize("search", ["greedy", "beam"])
-def test_cached_search_equals_full_recomputation(model, sources, search):
-    run = (lambda **kw: greedy_search(model, sources, EXTRA, **kw)) if search == "greedy" else (
-        lambda **kw: beam_search(model, sources, 4, 0.6, EXTRA, n_best=4, **kw))
+def test_cached_search_equals_full_recomputation(search_model, search_sources, search):
+    run = (lambda **kw: greedy_search(search_model, search_sources, EXTRA, **kw)) \
+        if search == "greedy" else (
+        lambda **kw: beam_search(search_model, search_sources, 4, 0.6, EXTRA, n_best=4, **kw))
     cached, full = run(use_cache=True), run(use_cache=False)
     np.testing.assert_array_equal(cached.tokens.numpy(), full.tokens.numpy())
     np.testing.assert_allclose(cached.scores.numpy(), full.scores.numpy(), atol=1e-4)
 
 
-def test_each_sentence_in_a_batch_gets_what_it_gets_alone(model, sources):
-    batch = beam_search(model, sources, max_output_extra=EXTRA)
-    for row in range(len(sources)):
-        length = int((sources[row] != PAD_ID).sum())
-        alone = beam_search(model, sources[row:row + 1, :length], max_output_extra=EXTRA)
+def test_each_sentence_in_a_batch_gets_what_it_gets_alone(search_model, search_sources):
+    batch = beam_search(search_model, search_sources, max_output_extra=EXTRA)
+    for row in range(len(search_sources)):
+        length = int((search_sources[row] != PAD_ID).sum())
+        alone = beam_search(search_model, search_sources[row:row + 1, :length],
+                            max_output_extra=EXTRA)
         assert strip(alone.tokens.numpy()[0, 0]) == strip(batch.tokens.numpy()[row, 0])
 
 
-def test_output_respects_max_length_and_never_emits_pad_or_bos(model, sources):
-    result = greedy_search(model, sources, max_output_extra=2)
-    for row in range(len(sources)):
+def test_output_respects_max_length_and_never_emits_pad_or_bos(search_model, search_sources):
+    result = greedy_search(search_model, search_sources, max_output_extra=2)
+    for row in range(len(search_sources)):
         tokens = strip(result.tokens.numpy()[row, 0])
         assert tokens[-1] == EOS_ID
-        assert len(tokens) <= int((sources[row] != PAD_ID).sum()) + 2
+        assert len(tokens) <= int((search_sources[row] != PAD_ID).sum()) + 2
         assert PAD_ID not in tokens and BOS_ID not in tokens
 
 
-def test_one_trace_serves_every_batch_size_and_length(model, sources):
-    translate = tf.function(lambda ids: beam_search(model, ids, max_output_extra=EXTRA),
+def test_one_trace_serves_every_batch_size_and_length(search_model, search_sources):
+    translate = tf.function(lambda ids: beam_search(search_model, ids, max_output_extra=EXTRA),
                             input_signature=[tf.TensorSpec([None, None], tf.int32)])
-    first = translate(sources)
-    second = translate(sources[1:3, :6])
+    first = translate(search_sources)
+    second = translate(search_sources[1:3, :6])
     assert translate.experimental_get_tracing_count() == 1
     np.testing.assert_array_equal(first.tokens.numpy()[1:3, :, :second.tokens.shape[2]],
                                   second.tokens.numpy())
 
 
-def test_n_best_must_fit_the_beam(model, sources):
+def test_n_best_must_fit_the_beam(search_model, search_sources):
     with pytest.raises(ValueError, match="n_best"):
-        beam_search(model, sources, beam_size=2, n_best=3)
+        beam_search(search_model, search_sources, beam_size=2, n_best=3)
