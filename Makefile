@@ -6,10 +6,20 @@ PIP := -m pip --disable-pip-version-check -q
 # The TensorFlow / TF Text versions that stock TF Serving links: exports must run there too.
 COMPAT_VENV ?= .venv-tf2.20
 COMPAT_PACKAGES := tensorflow==2.20.0 tensorflow-text==2.20.0
+# Keras on JAX without TensorFlow, for the backend-neutral tests; tfformer runs from the source
+# tree there (PYTHONPATH), as it is not installed.
+NOTF_VENV ?= .venv-notf
+NOTF_PACKAGES := keras==3.15.1 jax==0.10.2 jaxlib==0.10.2 numpy h5py pytest pytest-timeout \
+	pytest-xdist
+# The model side's tests (keras.ops only): besides the TensorFlow run of every test, `make test`
+# runs them on JAX, and on JAX without TensorFlow installed.
+BACKEND_TESTS := tests/test_attention.py tests/test_model.py tests/test_embedding.py \
+	tests/test_feed_forward.py tests/test_losses.py tests/test_schedule.py tests/test_config.py \
+	tests/test_eager_search.py tests/test_backends.py
 # Test processes: most tests leave a core idle (Python start-up, subprocesses, small models).
 TEST_WORKERS ?= 2
 
-.PHONY: demo test install compat clean
+.PHONY: demo test install compat notf clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -28,16 +38,26 @@ $(COMPAT_VENV)/.installed:
 	$(COMPAT_VENV)/bin/python $(PIP) install $(COMPAT_PACKAGES)
 	touch $@
 
+$(NOTF_VENV)/.installed:
+	$(PYTHON) -m venv $(NOTF_VENV)
+	$(NOTF_VENV)/bin/python $(PIP) install $(NOTF_PACKAGES)
+	touch $@
+
 install: $(VENV)/.installed
 
 compat: $(COMPAT_VENV)/.installed
 
+notf: $(NOTF_VENV)/.installed
+
 demo: $(VENV)/.installed
 	$(PY) -m tfformer.cli.demo
 
-test: $(VENV)/.installed-test $(COMPAT_VENV)/.installed
+test: $(VENV)/.installed-test $(COMPAT_VENV)/.installed $(NOTF_VENV)/.installed
 	$(PY) -m ruff check .
 	TFFORMER_COMPAT_PYTHON=$(abspath $(COMPAT_VENV))/bin/python $(PY) -m pytest -n $(TEST_WORKERS) tests
+	KERAS_BACKEND=jax $(PY) -m pytest -n $(TEST_WORKERS) $(BACKEND_TESTS)
+	KERAS_BACKEND=jax TFFORMER_EXPECT_NO_TENSORFLOW=1 PYTHONPATH=$(CURDIR) \
+		$(NOTF_VENV)/bin/python -m pytest -n $(TEST_WORKERS) $(BACKEND_TESTS)
 
 clean:
-	rm -rf $(VENV) $(COMPAT_VENV) build *.egg-info
+	rm -rf $(VENV) $(COMPAT_VENV) $(NOTF_VENV) build *.egg-info

@@ -1,5 +1,9 @@
 """TransformerConfig (the architecture) and DecodingConfig: presets, validation naming the field,
-JSON round trip, configs saved before the split."""
+JSON round trip, configs saved before the split.
+
+Backend-neutral: `make test` runs it on TensorFlow, on JAX, and on JAX without TensorFlow
+installed (the Makefile's BACKEND_TESTS).
+"""
 
 import json
 import os

@@ -1,8 +1,13 @@
-"""Positional encodings (§3.5) and the tied, scaled token embedding (§3.4)."""
+"""Positional encodings (§3.5) and the tied, scaled token embedding (§3.4).
+
+Backend-neutral: `make test` runs it on TensorFlow, on JAX, and on JAX without TensorFlow
+installed (the Makefile's BACKEND_TESTS).
+"""
 
 import math
 
 import numpy as np
+from keras import ops
 
 from tfformer.layers.embedding import (
     LearnedPositionalEmbedding,
@@ -11,10 +16,12 @@ from tfformer.layers.embedding import (
     sinusoidal_table,
 )
 
+to_numpy = ops.convert_to_numpy
+
 
 def test_sinusoidal_table_equals_section_3_5_formula():
     d_model, length = 16, 50
-    table = sinusoidal_table(np.arange(length), d_model).numpy()
+    table = to_numpy(sinusoidal_table(np.arange(length), d_model))
     expected = np.zeros((length, d_model))
     for pos in range(length):
         for i in range(d_model // 2):
@@ -25,22 +32,22 @@ def test_sinusoidal_table_equals_section_3_5_formula():
 
 def test_sinusoidal_layer_adds_positions_from_start_offset():
     x = np.zeros((2, 3, 8), "float32")
-    out = SinusoidalPositionalEncoding()(x, start=5).numpy()
-    np.testing.assert_allclose(out[1], sinusoidal_table(np.arange(5, 8), 8).numpy(), atol=1e-6)
+    out = to_numpy(SinusoidalPositionalEncoding()(x, start=5))
+    np.testing.assert_allclose(out[1], to_numpy(sinusoidal_table(np.arange(5, 8), 8)), atol=1e-6)
 
 
 def test_learned_positions_add_their_rows():
     layer = LearnedPositionalEmbedding(max_length=10)
     x = np.ones((1, 4, 6), "float32")
-    out = layer(x, start=3).numpy()
-    np.testing.assert_allclose(out[0], 1 + layer.position_embeddings.numpy()[3:7], atol=1e-6)
+    out = to_numpy(layer(x, start=3))
+    np.testing.assert_allclose(out[0], 1 + to_numpy(layer.position_embeddings)[3:7], atol=1e-6)
 
 
 def test_embedding_scaled_by_sqrt_d_model_and_tied_to_logits():
     layer = SharedEmbedding(vocab_size=11, d_model=9)
     ids = np.array([[1, 5, 10]])
-    vectors = layer(ids).numpy()
-    table = layer.embeddings.numpy()
+    vectors = to_numpy(layer(ids))
+    table = to_numpy(layer.embeddings)
     np.testing.assert_allclose(vectors[0], table[[1, 5, 10]] * 3.0, atol=1e-6)
     hidden = np.random.default_rng(0).normal(size=(2, 4, 9)).astype("float32")
-    np.testing.assert_allclose(layer.logits(hidden).numpy(), hidden @ table.T, atol=1e-5)
+    np.testing.assert_allclose(to_numpy(layer.logits(hidden)), hidden @ table.T, atol=1e-5)

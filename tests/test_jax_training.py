@@ -44,8 +44,10 @@ def backup_step(out) -> int:
 def test_jax_run_resumes_after_kill_9_and_exports_with_tensorflow(tmp_path):
     out = tmp_path / "run"
     total, per_epoch = 6, 3
-    command = train_command(out, "--backend", "jax", "--steps", str(total), "--steps-per-epoch",
-                            str(per_epoch), "--backup-every", "1", "--dev-sentences", "4")
+    # Two host devices: the run trains data-parallel (keras.distribution.DataParallel).
+    command = train_command(out, "--backend", "jax", "--devices", "2", "--steps", str(total),
+                            "--steps-per-epoch", str(per_epoch), "--backup-every", "1",
+                            "--dev-sentences", "4")
     command[command.index("--data") + 1] = write_corpus(tmp_path)
     log = tmp_path / "killed.txt"
     with open(log, "w") as stderr:
@@ -63,7 +65,7 @@ def test_jax_run_resumes_after_kill_9_and_exports_with_tensorflow(tmp_path):
             process.kill()
     killed_at = backup_step(out)
     assert per_epoch < killed_at < total, killed_at
-    assert "Keras on jax" in log.read_text()
+    assert "Keras on jax, 2 replica(s) under keras.distribution.DataParallel" in log.read_text()
 
     result = subprocess.run(command, env=jax_env(), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -1,10 +1,15 @@
-"""Label-smoothed loss, masked metrics, and their behaviour under tf.distribute."""
+"""Label-smoothed loss, masked metrics, and their behaviour under tf.distribute.
+
+Backend-neutral but for the tf.distribute test: `make test` runs it on TensorFlow, on JAX, and on
+JAX without TensorFlow installed (the Makefile's BACKEND_TESTS).
+"""
 
 import json
 import os
 import subprocess
 import sys
 
+import keras
 import numpy as np
 import pytest
 
@@ -71,12 +76,13 @@ def test_accuracy_and_perplexity_count_only_real_tokens():
 
 
 def test_loss_serializes():
-    import keras
     loss = MaskedLabelSmoothedCrossEntropy(0.2)
     clone = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(loss))
     assert clone.label_smoothing == 0.2
 
 
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow",
+                    reason="tf.distribute: the token count summed across TensorFlow replicas")
 def test_two_replica_mirrored_step_equals_single_device_step():
     """Runs in a fresh process: logical devices must be set before TensorFlow starts."""
     result = subprocess.run([sys.executable, os.path.join(HERE, "mirrored_step.py")],

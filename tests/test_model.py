@@ -1,12 +1,18 @@
-"""The Transformer model: masking, cached decoding, Keras integration and the paper's sizes."""
+"""The Transformer model: masking, cached decoding, Keras integration and the paper's sizes.
+
+Backend-neutral: `make test` runs it on TensorFlow, on JAX, and on JAX without TensorFlow
+installed (the Makefile's BACKEND_TESTS).
+"""
 
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
+from keras import ops
 
 from tfformer import Transformer, compile_transformer, get_preset
 from tfformer.special_tokens import BOS_ID
+
+to_numpy = ops.convert_to_numpy
 
 
 def random_batch(config, batch=4, source_len=9, target_len=7, seed=0):
@@ -23,11 +29,11 @@ def random_batch(config, batch=4, source_len=9, target_len=7, seed=0):
 def test_changing_future_targets_leaves_earlier_logits_unchanged(tiny_config, norm):
     model = Transformer(tiny_config.replace(norm=norm))
     source, target = random_batch(tiny_config)
-    logits = model((source, target)).numpy()
+    logits = to_numpy(model((source, target)))
     changed = target.copy()
     i = 3
     changed[:, i + 1:] = np.where(changed[:, i + 1:] > 0, (changed[:, i + 1:] + 7) % 36 + 4, 0)
-    changed_logits = model((source, changed)).numpy()
+    changed_logits = to_numpy(model((source, changed)))
     np.testing.assert_allclose(changed_logits[:, :i + 1], logits[:, :i + 1], atol=1e-5)
     assert np.abs(changed_logits[1:, i + 1:] - logits[1:, i + 1:]).max() > 1e-3  # not vacuous
 
@@ -36,12 +42,12 @@ def test_changing_future_targets_leaves_earlier_logits_unchanged(tiny_config, no
 def test_more_padding_leaves_real_positions_unchanged(tiny_config, positional):
     model = Transformer(tiny_config.replace(positional=positional, share_embeddings=False))
     source, target = random_batch(tiny_config)
-    logits = model((source, target)).numpy()
-    longer = model((np.pad(source, [(0, 0), (0, 4)]), np.pad(target, [(0, 0), (0, 3)]))).numpy()
+    logits = to_numpy(model((source, target)))
+    longer = to_numpy(model((np.pad(source, [(0, 0), (0, 4)]), np.pad(target, [(0, 0), (0, 3)]))))
     np.testing.assert_allclose(longer[0, :5], logits[0, :5], atol=1e-5)
     np.testing.assert_allclose(longer[1:, :7], logits[1:], atol=1e-5)
     # A sentence alone (no pads) equals the same sentence padded inside the batch.
-    alone = model((source[:1, :6], target[:1, :5])).numpy()
+    alone = to_numpy(model((source[:1, :6], target[:1, :5])))
     np.testing.assert_allclose(alone[0], logits[0, :5], atol=1e-5)
 
 
@@ -51,22 +57,22 @@ def test_values_under_pad_positions_do_not_reach_real_positions(tiny_config):
     memory, source_mask = model.encode(source)
     # Feed the stacks arbitrary vectors at the pad positions, keeping the masks.
     rng = np.random.default_rng(5)
-    embedded = model.embedding(source).numpy()
+    embedded = to_numpy(model.embedding(source))
     noisy = embedded.copy()
     noisy[0, 6:] = rng.normal(size=noisy[0, 6:].shape) * 10
-    clean_memory = model.encoder(embedded, source_mask).numpy()
-    noisy_memory = model.encoder(noisy, source_mask).numpy()
+    clean_memory = to_numpy(model.encoder(embedded, source_mask))
+    noisy_memory = to_numpy(model.encoder(noisy, source_mask))
     np.testing.assert_allclose(noisy_memory[0, :6], clean_memory[0, :6], atol=1e-5)
-    np.testing.assert_allclose(clean_memory, memory.numpy(), atol=1e-6)
+    np.testing.assert_allclose(clean_memory, to_numpy(memory), atol=1e-6)
     # The decoder's cross-attention ignores memory rows under source pads.
     garbage_memory = clean_memory.copy()
     garbage_memory[0, 6:] = rng.normal(size=garbage_memory[0, 6:].shape) * 10
-    a = model.decode(target, clean_memory, source_mask).numpy()
-    b = model.decode(target, garbage_memory, source_mask).numpy()
+    a = to_numpy(model.decode(target, clean_memory, source_mask))
+    b = to_numpy(model.decode(target, garbage_memory, source_mask))
     np.testing.assert_allclose(a, b, atol=1e-5)
     # Without the mask the garbage would matter: the check above is not vacuous.
-    unmasked = tf.ones_like(source_mask)
-    c = model.decode(target, garbage_memory, unmasked).numpy()
+    unmasked = ops.ones_like(source_mask)
+    c = to_numpy(model.decode(target, garbage_memory, unmasked))
     assert np.abs(c[0] - a[0]).max() > 1e-3
 
 
@@ -75,19 +81,20 @@ def test_cached_decoding_step_by_step_equals_full_forward_pass(tiny_config, norm
     model = Transformer(tiny_config.replace(norm=norm))
     source, target = random_batch(tiny_config, seed=1)
     target[0, 5:] = 7  # no pads inside a target decoded step by step
-    full = model((source, target)).numpy()
+    full = to_numpy(model((source, target)))
     memory, source_mask = model.encode(source)
     cache = model.init_cache(memory)
     steps = []
     for t in range(target.shape[1]):
         logits, cache = model.decode(target[:, t:t + 1], memory, source_mask, cache=cache)
-        steps.append(logits.numpy())
+        steps.append(to_numpy(logits))
     np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-4)
     # Several new positions at once through the cache also match.
     cache = model.init_cache(memory)
     first, cache = model.decode(target[:, :3], memory, source_mask, cache=cache)
     rest, cache = model.decode(target[:, 3:], memory, source_mask, cache=cache)
-    np.testing.assert_allclose(np.concatenate([first, rest], axis=1), full, atol=1e-4)
+    np.testing.assert_allclose(np.concatenate([to_numpy(first), to_numpy(rest)], axis=1), full,
+                               atol=1e-4)
 
 
 def test_reordered_cache_continues_each_row_it_took(tiny_config):
@@ -100,10 +107,10 @@ def test_reordered_cache_continues_each_row_it_took(tiny_config):
     prefixes = target[:2, :4]
     memory, source_mask = model.encode(sources)
     _, cache = model.decode(prefixes[:, :3], memory, source_mask, cache=model.init_cache(memory))
-    cache = model.reorder_cache(cache, tf.constant([1, 1]))
+    cache = model.reorder_cache(cache, ops.convert_to_tensor(np.array([1, 1], "int32")))
     step, _ = model.decode(prefixes[[1, 1], 3:4], None, source_mask, cache=cache)
-    full = model((sources, prefixes[[1, 1]])).numpy()[:, 3]
-    np.testing.assert_allclose(step.numpy()[:, 0], full, atol=1e-4)
+    full = to_numpy(model((sources, prefixes[[1, 1]])))[:, 3]
+    np.testing.assert_allclose(to_numpy(step)[:, 0], full, atol=1e-4)
     assert model.decoder.cached_length(cache) == 3
 
 
@@ -153,8 +160,8 @@ def test_keras_file_round_trip_gives_identical_logits_and_resumes_step_count(tin
     path = tmp_path / "model.keras"
     model.save(path)
     restored = keras.models.load_model(path)
-    np.testing.assert_array_equal(restored((source, target)).numpy(),
-                                  model((source, target)).numpy())
+    np.testing.assert_array_equal(to_numpy(restored((source, target))),
+                                  to_numpy(model((source, target))))
     assert int(restored.optimizer.iterations) == 6
     assert restored.transformer_config == tiny_config
     # Training continues from step 6 with the restored optimizer state, as the original would.
@@ -190,20 +197,51 @@ def test_first_encoder_layer_attention_weights_match_numpy_from_the_paper(tiny_c
     weights = model.attention_weights(source, target)
     d, h = tiny_config.d_model, tiny_config.num_heads
     # The first layer's input: E[ids] * sqrt(d_model) + PE (§3.4, §3.5; no dropout at inference).
-    x = model.embedding.embeddings.numpy()[source] * np.sqrt(d) + numpy_sinusoids(9, d)
+    x = to_numpy(model.embedding.embeddings)[source] * np.sqrt(d) + numpy_sinusoids(9, d)
     attention = model.encoder.stack[0].self_attention
-    q = np.einsum("btd,dhk->bhtk", x, attention.query_kernel.numpy()) \
-        + attention.query_bias.numpy()[None, :, None, :]
-    k = np.einsum("btd,dhk->bhtk", x, attention.key_kernel.numpy()) \
-        + attention.key_bias.numpy()[None, :, None, :]
+    q = np.einsum("btd,dhk->bhtk", x, to_numpy(attention.query_kernel)) \
+        + to_numpy(attention.query_bias)[None, :, None, :]
+    k = np.einsum("btd,dhk->bhtk", x, to_numpy(attention.key_kernel)) \
+        + to_numpy(attention.key_bias)[None, :, None, :]
     scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(d // h)  # eq. 1
     scores = np.where((source != 0)[:, None, None, :], scores, -np.inf)
     expected = np.exp(scores - scores.max(-1, keepdims=True))
     expected /= expected.sum(-1, keepdims=True)
-    np.testing.assert_allclose(weights["encoder_self"][0], expected, atol=1e-5)
+    np.testing.assert_allclose(to_numpy(weights["encoder_self"][0]), expected, atol=1e-5)
 
 
 def test_attention_weights_have_every_layer_and_head_and_respect_the_masks(tiny_config):
+    model = Transformer(tiny_config)
+    source, target = random_batch(tiny_config)
+    logits = to_numpy(model((source, target)))
+    variables = [v.path for v in model.variables]
+    weights = model.attention_weights(source, target)
+    # Asking for weights changes nothing: no new variables, the same logits (the TF-only test
+    # below checks that the traced training graph is unchanged too).
+    assert [v.path for v in model.variables] == variables
+    np.testing.assert_array_equal(to_numpy(model((source, target))), logits)
+    shapes = {"encoder_self": (4, 4, 9, 9), "decoder_self": (4, 4, 7, 7),
+              "decoder_cross": (4, 4, 7, 9)}
+    for kind, shape in shapes.items():
+        assert len(weights[kind]) == 2, kind  # one per layer
+        for layer in weights[kind]:
+            assert layer.shape == shape, kind
+            np.testing.assert_allclose(np.sum(to_numpy(layer), axis=-1), 1.0, atol=1e-5)
+    for layer in range(2):
+        # Sentence 0's source pads (from position 6) get no weight from the encoder or decoder.
+        assert np.all(to_numpy(weights["encoder_self"][layer])[0, :, :, 6:] == 0)
+        assert np.all(to_numpy(weights["decoder_cross"][layer])[0, :, :, 6:] == 0)
+        # No target position attends to a later one (§3.2.3), nor to target pads.
+        self_weights = to_numpy(weights["decoder_self"][layer])
+        assert np.all(np.triu(np.ones((7, 7)), k=1)[None, None] * self_weights == 0)
+        assert np.all(self_weights[0, :, :, 5:] == 0)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow",
+                    reason="inspects the tf.function graph of the training call")
+def test_asking_for_attention_weights_leaves_the_traced_training_graph_unchanged(tiny_config):
+    import tensorflow as tf
+
     model = Transformer(tiny_config)
     source, target = random_batch(tiny_config)
     call_graph = lambda: sorted(  # noqa: E731 - the op types of the traced training call
@@ -212,19 +250,5 @@ def test_attention_weights_have_every_layer_and_head_and_respect_the_masks(tiny_
                                tf.TensorSpec([None, None], tf.int32)).graph.get_operations())
     before = call_graph()
     weights = model.attention_weights(source, target)
+    assert len(weights["encoder_self"]) == 2
     assert call_graph() == before  # asking for weights leaves the training graph as it was
-    shapes = {"encoder_self": (4, 4, 9, 9), "decoder_self": (4, 4, 7, 7),
-              "decoder_cross": (4, 4, 7, 9)}
-    for kind, shape in shapes.items():
-        assert len(weights[kind]) == 2, kind  # one per layer
-        for layer in weights[kind]:
-            assert layer.shape == shape, kind
-            np.testing.assert_allclose(np.sum(layer, axis=-1), 1.0, atol=1e-5)
-    for layer in range(2):
-        # Sentence 0's source pads (from position 6) get no weight from the encoder or decoder.
-        assert np.all(weights["encoder_self"][layer].numpy()[0, :, :, 6:] == 0)
-        assert np.all(weights["decoder_cross"][layer].numpy()[0, :, :, 6:] == 0)
-        # No target position attends to a later one (§3.2.3), nor to target pads.
-        self_weights = weights["decoder_self"][layer].numpy()
-        assert np.all(np.triu(np.ones((7, 7)), k=1)[None, None] * self_weights == 0)
-        assert np.all(self_weights[0, :, :, 5:] == 0)

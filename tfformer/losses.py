@@ -112,7 +112,7 @@ class MaskedAccuracy(_MaskedTokenMean):
         super().__init__(name=name, **kwargs)
 
     def per_token(self, labels, logits):
-        return ops.equal(ops.cast(ops.argmax(logits, axis=-1), "int32"), labels)
+        return ops.equal(kernels.argmax_last(logits), labels)
 
     def result(self):
         return ops.divide_no_nan(self.total, self.count)

@@ -80,7 +80,9 @@ class LearnedPositionalEmbedding(keras.layers.Layer):
         start = ops.cast(start, "int32")
         kernels.check_at_most(start + length, self.max_length,
                               "sequence is longer than the learned positions")
-        table = ops.slice(self.position_embeddings, (start, 0), (length, inputs.shape[-1]))
+        # The variable's value, not the variable: JAX's dynamic_slice takes no keras.Variable.
+        table = ops.slice(ops.convert_to_tensor(self.position_embeddings), (start, 0),
+                          (length, inputs.shape[-1]))
         return inputs + ops.expand_dims(ops.cast(table, inputs.dtype), 0)
 
     def get_config(self):

@@ -64,6 +64,13 @@ def take_last_axis(values, indices):
     return ops.squeeze(ops.take_along_axis(values, ops.expand_dims(indices, -1), axis=-1), -1)
 
 
+def argmax_last(values):
+    """int32 index of the largest value on the last axis (the predicted token)."""
+    if ON_TENSORFLOW:  # keras.ops.argmax adds 4 passes over [batch, T, V] (a -0.0 fix-up)
+        return tf.argmax(values, axis=-1, output_type=tf.int32)
+    return ops.cast(ops.argmax(values, axis=-1), "int32")
+
+
 def sum_over_replicas(value):
     """(value summed over the tf.distribute replicas in sync, their number): what a per-replica
     step needs for a global mean. Other backends compute on the global batch: (value, 1)."""
