@@ -86,7 +86,7 @@ class MultiHeadAttention(keras.layers.Layer):
     [d_model, h, d_k] with biases [h, d_k], output kernel [h, d_k, d_model] with bias [d_model]),
     so weights copy one to one between the two.
 
-    Heads are kept in the backend's layout (`kernels.HEADS_LAYOUT`): [batch, h, T, d_k] on
+    Heads are kept in the backend's layout (`tfformer.layers.kernels`): [batch, h, T, d_k] on
     TensorFlow, [batch, T, h, d_k] elsewhere. There the fused `keras.ops.dot_product_attention`
     computes eq. 1 (cuDNN flash attention on a GPU) unless the weights are asked for or
     attention dropout is active, which take the explicit `ScaledDotProductAttention`.

@@ -5,7 +5,7 @@ for speed (oneDNN's fused MatMul + BiasAdd, BatchMatMulV3 in a one-token decodin
 TensorFlow form is used when `ON_TENSORFLOW`; elsewhere (JAX, PyTorch) attention goes through
 `keras.ops.dot_product_attention`, which dispatches to cuDNN flash attention on a GPU.
 
-The layout of attention heads follows the same check (`HEADS_LAYOUT`):
+The layout of attention heads follows the same check (`SEQUENCE_AXIS`):
 - TensorFlow: [batch, h, T, d_k]. Batched matmuls run over [batch, h], and the decoder's cache
   is kept in that layout, so a decoding step transposes only its new position.
 - other backends: [batch, T, h, d_k], the layout `keras.ops.dot_product_attention` takes; the
@@ -25,7 +25,6 @@ if ON_TENSORFLOW:
 
 # Axis of the key/value positions in the heads layout (and so in the decoder's cache).
 SEQUENCE_AXIS = 2 if ON_TENSORFLOW else 1
-HEADS_LAYOUT = "batch, h, T, d_k" if ON_TENSORFLOW else "batch, T, h, d_k"
 
 
 def masked_fill_value(dtype) -> float:
