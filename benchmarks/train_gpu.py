@@ -92,20 +92,12 @@ TARGET_VS_TORCH = 1.0
 # ----------------------------------------------------------------------------- shared helpers
 
 def model_config(preset: str, vocab: int, length: int):
-    """tfformer's preset with the benchmark's vocabulary.
+    """tfformer's preset with the benchmark's vocabulary (`tfformer.config` imports no Keras, so
+    the parent and the torch worker leave Keras' backend alone)."""
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    from tfformer.config import get_preset
 
-    tfformer/config.py is pure Python; it is loaded from its file, because importing the
-    `tfformer` package imports Keras (whose backend the parent and the torch worker leave alone).
-    """
-    import importlib.util
-
-    name = "_tfformer_config"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            name, os.path.join(ROOT, "tfformer", "config.py"))
-        sys.modules[name] = module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    get_preset = sys.modules[name].get_preset
     base = get_preset(preset)
     return get_preset(preset, vocab_size=vocab, max_length=max(base.max_length, length))
 

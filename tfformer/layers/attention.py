@@ -32,11 +32,6 @@ def causal_mask(query_length, key_length=None, query_start=None):
     return ops.expand_dims(ops.greater_equal(rows, cols), 0)
 
 
-def _dim(x, axis: int):
-    """The static size of an axis when known (no op in the graph), else the dynamic one."""
-    return ops.shape(x)[axis]
-
-
 @keras.saving.register_keras_serializable(package="tfformer")
 class ScaledDotProductAttention(keras.layers.Layer):
     """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V (paper eq. 1).
@@ -162,7 +157,7 @@ class MultiHeadAttention(keras.layers.Layer):
         in_dim = x.shape[-1]
         flat = kernels.affine(ops.reshape(x, (-1, in_dim)), ops.reshape(kernel, (in_dim, -1)),
                               None if bias is None else ops.reshape(bias, (-1,)))
-        heads = ops.reshape(flat, (-1, _dim(x, 1), self.num_heads, self.key_dim))
+        heads = ops.reshape(flat, (-1, ops.shape(x)[1], self.num_heads, self.key_dim))
         return ops.transpose(heads, (0, 2, 1, 3)) if kernels.ON_TENSORFLOW else heads
 
     @staticmethod
@@ -206,7 +201,7 @@ class MultiHeadAttention(keras.layers.Layer):
         context = ops.reshape(context, (-1, self.num_heads * self.key_dim))
         output_kernel = ops.reshape(self.output_kernel, (self.num_heads * self.key_dim, -1))
         output = kernels.affine(context, output_kernel, self.output_bias)
-        output = ops.reshape(output, (-1, _dim(query, 1), query.shape[-1]))
+        output = ops.reshape(output, (-1, ops.shape(query)[1], query.shape[-1]))
         outputs = (output,) if cache is None else (output, (keys, values))
         if return_attention_scores:
             outputs += (weights,)
