@@ -12,9 +12,10 @@ import tensorflow as tf
 
 import tfformer
 from tfformer import builtin_corpus as bc
+from tfformer.buckets import bucket_lengths
 from tfformer.builtin_corpus import NounPhrase, Sentence, builtin_pairs, render
 from tfformer.corpus import Counters
-from tfformer.data import make_dataset, make_eval_dataset, make_stream
+from tfformer.data import BatchStats, make_dataset, make_eval_dataset, make_stream
 from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from tfformer.tokenizer import Tokenizer
 
@@ -119,32 +120,45 @@ def _expected_rows(pairs, tokenizer, max_length):
     return rows, dropped
 
 
-def _rows(dataset, batch_tokens):
-    """Un-pads every batch, checking the budget and that padding goes to the longest row only."""
+def _rows(dataset, batch_tokens, max_length, multiple=1):
+    """Un-pads every batch, checking that its shape is its bucket's: both sides padded to the
+    grid length that holds its longest pair, and the bucket's rows under the budget."""
+    grid = bucket_lengths(max_length)
     rows, pad_rows, batches = [], 0, 0
     for (source, target_in), target_out in dataset.as_numpy_iterator():
         batches += 1
         assert source.dtype == target_in.dtype == target_out.dtype == np.int32
-        assert target_in.shape == target_out.shape and source.shape[0] == target_in.shape[0]
-        assert source.shape[0] * max(source.shape[1], target_in.shape[1]) <= batch_tokens
+        assert source.shape == target_in.shape == target_out.shape
+        size, length = source.shape
+        assert length in grid and size == batch_tokens // length // multiple * multiple
         real = source[:, 0] != PAD_ID
         pad_rows += int((~real).sum())
         assert (source[~real] == PAD_ID).all() and (target_out[~real] == PAD_ID).all()
-        # Padded to the batch's own longest sentence: some row reaches the last column.
-        assert (source[real, -1] != PAD_ID).any() and (target_out[real, -1] != PAD_ID).any()
+        lengths = []
         for s, ti, to in zip(source[real], target_in[real], target_out[real]):
             s_len, t_len = int((s != PAD_ID).sum()), int((to != PAD_ID).sum())
             assert (s[s_len:] == PAD_ID).all() and (to[t_len:] == PAD_ID).all()  # PAD at end only
             rows.append((tuple(s[:s_len]), tuple(ti[:t_len]), tuple(to[:t_len])))
+            lengths.append(max(s_len, t_len))
+        # The bucket is the first grid length that holds the batch's pairs.
+        index = grid.index(length)
+        assert index == 0 or grid[index - 1] < min(lengths)
     return rows, pad_rows, batches
 
 
 def test_batches_honour_budget_and_hold_every_pair_once(tokenizer, pairs):
     dataset, info = make_dataset(pairs, tokenizer, batch_tokens=200, max_length=40, seed=1)
-    rows, pad_rows, batches = _rows(dataset, 200)
+    rows, pad_rows, batches = _rows(dataset, 200, 40)
     expected, dropped = _expected_rows(pairs, tokenizer, 40)
     assert collections.Counter(rows) == collections.Counter(expected)
-    assert pad_rows == 0 and batches == info.num_batches
+    assert batches == info.num_batches
+    # Only each bucket's last batch is filled up with PAD rows.
+    per_bucket = collections.Counter(
+        next(i for i, n in enumerate(info.bucket_lengths) if max(len(s), len(to)) <= n)
+        for s, _, to in expected)
+    full_rows = sum(info.bucket_batch_sizes[i] * -(-count // info.bucket_batch_sizes[i])
+                    for i, count in per_bucket.items())
+    assert pad_rows == full_rows - len(rows) > 0
     assert info.num_dropped == dropped >= 3 and info.num_pairs == len(pairs) - dropped
     assert info.num_input_pairs == len(pairs)
     assert info.num_source_tokens == sum(len(s) for s, _, _ in expected)
@@ -153,7 +167,7 @@ def test_batches_honour_budget_and_hold_every_pair_once(tokenizer, pairs):
 
 def test_bos_and_eos_placement(tokenizer, pairs):
     dataset, _ = make_eval_dataset(pairs[:50], tokenizer, batch_tokens=400, max_length=64)
-    rows, _, _ = _rows(dataset, 400)
+    rows, _, _ = _rows(dataset, 400, 64)
     assert len(rows) == 50
     for source, target_in, target_out in rows:
         assert source[-1] == EOS_ID and EOS_ID not in source[:-1] and BOS_ID not in source
@@ -166,7 +180,7 @@ def test_overlength_pairs_are_dropped_and_counted_exactly(tokenizer, pairs):
     max_length = int(np.median(lengths))  # about half of the pairs are too long
     dataset, info = make_eval_dataset(pairs, tokenizer, batch_tokens=512, max_length=max_length)
     expected, dropped = _expected_rows(pairs, tokenizer, max_length)
-    rows, _, _ = _rows(dataset, 512)
+    rows, _, _ = _rows(dataset, 512, max_length)
     assert collections.Counter(rows) == collections.Counter(expected)
     assert info.num_dropped == dropped and dropped > len(pairs) // 4
     assert all(len(s) <= max_length and len(to) <= max_length for s, _, to in rows)
@@ -179,12 +193,12 @@ def test_stream_batches_every_pair_once_and_counts_the_dropped_ones(tokenizer, p
     strings = tf.data.Dataset.from_tensor_slices(([s for s, _ in pairs], [t for _, t in pairs]))
     dataset = make_stream(strings, tokenizer, batch_tokens=512, max_length=max_length,
                           counters=counters, seed=2, shuffle_buffer_size=64)
-    rows, pad_rows, _ = _rows(dataset, 512)
+    rows, pad_rows, _ = _rows(dataset, 512, max_length)
     expected, dropped = _expected_rows(pairs, tokenizer, max_length)
-    assert collections.Counter(rows) == collections.Counter(expected) and pad_rows == 0
+    assert collections.Counter(rows) == collections.Counter(expected) and pad_rows > 0
     assert counters.read() == {"dropped": dropped, "skipped": 0} and dropped > len(pairs) // 4
     # Counted as they go by: a second pass counts them again.
-    _rows(dataset, 512)
+    _rows(dataset, 512, max_length)
     assert counters.read()["dropped"] == 2 * dropped
     with pytest.raises(ValueError, match="batch_tokens"):
         make_stream(strings, tokenizer, batch_tokens=30, max_length=40)
@@ -212,10 +226,37 @@ def test_batch_multiple_pads_partial_batches_with_pad_rows(tokenizer, pairs):
     assert all(size % 4 == 0 for size in info.bucket_batch_sizes)
     sizes = [batch[1].shape[0] for batch in dataset.as_numpy_iterator()]
     assert all(size % 4 == 0 for size in sizes)
-    rows, pad_rows, _ = _rows(dataset, 300)
+    rows, pad_rows, _ = _rows(dataset, 300, 40, multiple=4)
     expected, _ = _expected_rows(pairs, tokenizer, 40)
     assert collections.Counter(rows) == collections.Counter(expected)
     assert pad_rows == sum(sizes) - len(expected) > 0
+
+
+def test_bucket_lengths_are_a_geometric_grid_ending_at_max_length():
+    grid = bucket_lengths(256, min_length=8, growth=1.1)
+    assert grid[0] == 8 and grid[-1] == 256 and grid == sorted(set(grid))
+    assert all(b <= max(a + 1, int(a * 1.1)) for a, b in zip(grid, grid[1:-1]))
+    assert len(bucket_lengths(256, growth=1.25)) < len(grid)
+    assert bucket_lengths(6, min_length=8) == [6]
+    with pytest.raises(ValueError, match="growth"):
+        bucket_lengths(64, growth=1.0)
+
+
+def test_batch_stats_count_shapes_and_padding(tokenizer, pairs):
+    stats = BatchStats()
+    dataset, info = make_dataset(pairs, tokenizer, batch_tokens=300, max_length=40, seed=5,
+                                 stats=stats)
+    shapes, real, slots = collections.Counter(), 0, 0
+    for (source, target_in), _ in dataset.as_numpy_iterator():
+        shapes[f"{source.shape[0]}x{source.shape[1]}"] += 1
+        real += int((source != PAD_ID).sum() + (target_in != PAD_ID).sum())
+        slots += source.size + target_in.size
+    found = stats.read()
+    assert found["shapes"] == dict(shapes) and found["batches"] == info.num_batches
+    assert found["tokens"] == real == info.num_source_tokens + info.num_target_tokens
+    assert found["padding"] == pytest.approx(1 - real / slots) and 0 < found["padding"] < 1
+    # A bounded set: at most one shape per bucket, however many batches.
+    assert len(shapes) <= len(info.bucket_lengths) < info.num_batches
 
 
 def test_invalid_pipeline_arguments(tokenizer, pairs):

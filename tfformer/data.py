@@ -10,7 +10,14 @@ Two entry points share one batching graph:
 
 Tokenizing runs in the graph (tf-text SentencePiece ops, no py_function). Elements are
 ``((source_ids, target_in_ids), target_out_ids)`` int32 batches bucketed by length under a token
-budget (paper §5.1), padded with PAD_ID only to each batch's longest sentence.
+budget (paper §5.1).
+
+Batches come in a small, known set of shapes, so that XLA (TensorFlow's jit_compile, JAX)
+compiles each step once per shape, not once per batch: the bucket lengths lie on a fixed
+geometric grid (`bucket_lengths`), both sides of a batch are padded with PAD_ID to its bucket's
+length, each bucket has a fixed number of rows from the token budget, and a finite dataset's
+last, partial batch of a bucket is filled up with rows of PAD only (which the PAD-masked loss and
+metrics ignore). `BatchStats` counts the shapes and the padding as the batches go by.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import tensorflow as tf
 
+from tfformer.buckets import DEFAULT_BUCKET_GROWTH, bucket_batch_sizes, bucket_lengths
 from tfformer.corpus import Counters, Pair, ParallelText
 from tfformer.special_tokens import PAD_ID
 
@@ -47,9 +55,9 @@ class PipelineInfo:
             boundaries, so a pass takes at most this many steps).
         max_length: the length limit, special token included.
         batch_tokens: the token budget per batch.
-        bucket_boundaries: length-bucket boundaries (bucket i holds lengths in
-            [boundaries[i-1], boundaries[i])).
-        bucket_batch_sizes: batch size of each bucket (one more than the boundaries).
+        bucket_lengths: the padded length of each bucket (bucket i holds the pairs whose
+            longer side has a length in (lengths[i-1], lengths[i]]).
+        bucket_batch_sizes: rows of each bucket's batches.
     """
 
     num_input_pairs: int
@@ -60,34 +68,8 @@ class PipelineInfo:
     num_batches: int
     max_length: int
     batch_tokens: int
-    bucket_boundaries: tuple[int, ...]
+    bucket_lengths: tuple[int, ...]
     bucket_batch_sizes: tuple[int, ...]
-
-
-def bucket_boundaries(max_length: int, *, min_length: int = 8, growth: float = 1.1) -> list[int]:
-    """Length-bucket boundaries growing geometrically (dense for short lengths) up to max_length.
-
-    Returns boundaries b with min_length <= b <= max_length; bucket i covers lengths
-    [b[i-1], b[i]), the last one [b[-1], max_length].
-    """
-    if growth <= 1:
-        raise ValueError(f"growth must be > 1, got {growth}")
-    if min_length < 2:
-        raise ValueError(f"min_length must be >= 2, got {min_length}")
-    boundaries = []
-    length = min_length
-    while length <= max_length:
-        boundaries.append(length)
-        length = max(length + 1, int(length * growth))
-    return boundaries
-
-
-def _bucket_batch_sizes(boundaries: Sequence[int], max_length: int, batch_tokens: int,
-                        multiple: int = 1) -> list[int]:
-    # Bucket i holds lengths < boundaries[i], so at most boundaries[i] - 1 tokens per row after
-    # padding to the batch's longest; the last bucket holds up to max_length.
-    longest = [b - 1 for b in boundaries] + [max_length]
-    return [batch_tokens // n // multiple * multiple for n in longest]
 
 
 def pair_lengths(pairs: Sequence[Pair], tokenizer: "Tokenizer",
@@ -114,28 +96,27 @@ def pair_lengths(pairs: Sequence[Pair], tokenizer: "Tokenizer",
 def make_dataset(pairs: Sequence[Pair] | ParallelText, tokenizer: "Tokenizer", *,
                  batch_tokens: int, max_length: int, shuffle: bool = True, repeat: bool = False,
                  seed: int = 0, shuffle_buffer_size: int = 100_000,
-                 batch_multiple: int = 1, bucket_growth: float = 1.1,
-                 min_bucket_length: int = 8,
+                 batch_multiple: int = 1, bucket_growth: float = DEFAULT_BUCKET_GROWTH,
+                 min_bucket_length: int = 8, stats: "BatchStats | None" = None,
                  tokenize_batch_size: int = 256) -> tuple[tf.data.Dataset, PipelineInfo]:
     """Builds the batched training (or evaluation) dataset.
 
-    Elements are ``((source_ids, target_in_ids), target_out_ids)``, int32 [batch, len], with
+    Elements are ``((source_ids, target_in_ids), target_out_ids)``, int32 [rows, length], with
     source = pieces + [EOS], target_in = [BOS] + pieces, target_out = pieces + [EOS], padded
-    with PAD_ID to the longest sentence of the batch only.
+    with PAD_ID to the length of their bucket.
 
     Batching (paper §5.1: batches of about N source and N target tokens): pairs are bucketed by
-    length = max(source, target) length, and each batch satisfies
-    batch_size * max(padded source length, padded target length) <= batch_tokens. A sentence
-    is never split across batches; since pairs longer than max_length are dropped (and
-    counted) and batch_tokens must be >= max_length, every pair fits in a batch. Under
-    tf.distribute the budget is per global batch.
+    length = max(source, target) length on the grid of `bucket_lengths`, and a bucket of
+    padded length L has batch_tokens // L rows. A sentence is never split across batches; since
+    pairs longer than max_length are dropped (and counted) and batch_tokens must be
+    >= max_length, every pair fits in a batch. Under tf.distribute the budget is per global
+    batch. Without repeat, the last batch of each bucket is filled up with rows of PAD only,
+    which carry no tokens for the PAD-masked loss and metrics (they are not counted in
+    PipelineInfo): every batch has one of the buckets' shapes.
 
-    Under `tf.distribute.MirroredStrategy`, pass batch_multiple=num_replicas_in_sync: Keras 3
-    `fit`/`evaluate` fail with "Inputs to operation AddN ... must have the same size and shape"
-    when the first batch does not split evenly across replicas (keras-team/keras#19246). Then
-    every batch size is a multiple of batch_multiple: full batches by construction, the last,
-    partial batch of each bucket (repeat=False) by appending rows of PAD only, which carry no
-    tokens for the PAD-masked loss and metrics (they are not counted in PipelineInfo).
+    Under several devices pass batch_multiple=number of replicas: every bucket's rows are then a
+    multiple of it, so each replica's batch has a shape of the same grid (and Keras 3 `fit`
+    needs batches that split evenly, keras-team/keras#19246).
 
     Args:
         pairs: (source, target) strings, or a ParallelText.
@@ -148,9 +129,10 @@ def make_dataset(pairs: Sequence[Pair] | ParallelText, tokenizer: "Tokenizer", *
         seed: shuffle seed.
         shuffle_buffer_size: at most this many pairs are held in the shuffle buffer.
         batch_multiple: every batch size is a multiple of this (see above).
-        bucket_growth: ratio between consecutive bucket boundaries (smaller: less padding,
-            more buckets).
-        min_bucket_length: first bucket boundary.
+        bucket_growth: ratio between consecutive bucket lengths (smaller: less padding,
+            more shapes).
+        min_bucket_length: the first bucket's length.
+        stats: counts the batches' shapes and padding as they go by.
         tokenize_batch_size: strings tokenized per tf-text call before unbatching.
 
     Returns:
@@ -173,11 +155,11 @@ def make_dataset(pairs: Sequence[Pair] | ParallelText, tokenizer: "Tokenizer", *
         raise ValueError(f"all {len(pairs)} pairs are longer than max_length={max_length} "
                          "tokens; raise max_length")
 
-    boundaries = bucket_boundaries(max_length, min_length=min_bucket_length, growth=bucket_growth)
-    batch_sizes = _bucket_batch_sizes(boundaries, max_length, batch_tokens, batch_multiple)
+    grid = bucket_lengths(max_length, min_length=min_bucket_length, growth=bucket_growth)
+    batch_sizes = bucket_batch_sizes(grid, batch_tokens, batch_multiple)
     lengths = np.maximum(source_lengths, target_lengths)[keep]
-    # Same bucket rule as bucket_by_sequence_length: bucket i iff b[i-1] <= length < b[i].
-    bucket_counts = np.bincount(np.searchsorted(boundaries, lengths, side="right"),
+    # The pipeline's bucket rule: bucket i iff grid[i-1] < length <= grid[i].
+    bucket_counts = np.bincount(np.searchsorted(grid, lengths, side="left"),
                                 minlength=len(batch_sizes))
     num_batches = int(sum(math.ceil(c / s) for c, s in zip(bucket_counts, batch_sizes)))
     info = PipelineInfo(
@@ -185,7 +167,7 @@ def make_dataset(pairs: Sequence[Pair] | ParallelText, tokenizer: "Tokenizer", *
         num_source_tokens=int(source_lengths[keep].sum()),
         num_target_tokens=int(target_lengths[keep].sum()), num_batches=num_batches,
         max_length=max_length, batch_tokens=batch_tokens,
-        bucket_boundaries=tuple(boundaries), bucket_batch_sizes=tuple(batch_sizes))
+        bucket_lengths=tuple(grid), bucket_batch_sizes=tuple(batch_sizes))
 
     dataset = tf.data.Dataset.from_tensor_slices(
         ([s for s, _ in kept], [t for _, t in kept]))
@@ -195,8 +177,7 @@ def make_dataset(pairs: Sequence[Pair] | ParallelText, tokenizer: "Tokenizer", *
     if repeat:
         dataset = dataset.repeat()
     dataset = _batch_by_length(
-        dataset, tokenizer, max_length=max_length, boundaries=boundaries,
-        batch_sizes=batch_sizes, batch_multiple=batch_multiple if not repeat else 1,
+        dataset, tokenizer, grid=grid, batch_sizes=batch_sizes, stats=stats,
         tokenize_batch_size=tokenize_batch_size)
     if not repeat:
         # bucket_by_sequence_length hides the length; the exact count lets Keras size epochs
@@ -218,13 +199,13 @@ def _check_budget(batch_tokens: int, max_length: int, batch_multiple: int) -> No
             f"batch_multiple ({batch_multiple}) so that every kept sentence fits in a batch")
 
 
-def _batch_by_length(strings: tf.data.Dataset, tokenizer: "Tokenizer", *, max_length: int,
-                     boundaries: Sequence[int], batch_sizes: Sequence[int],
-                     batch_multiple: int, tokenize_batch_size: int,
-                     dropped: tf.Variable | None = None) -> tf.data.Dataset:
-    """(source, target) strings -> token-budget batches; pairs over max_length are dropped
-    (and counted in `dropped`). batch_multiple > 1 pads each bucket's partial last batch with
-    PAD rows (only a finite dataset has them)."""
+def _batch_by_length(strings: tf.data.Dataset, tokenizer: "Tokenizer", *, grid: Sequence[int],
+                     batch_sizes: Sequence[int], tokenize_batch_size: int,
+                     dropped: tf.Variable | None = None,
+                     stats: "BatchStats | None" = None) -> tf.data.Dataset:
+    """(source, target) strings -> batches of the buckets' shapes; pairs longer than the grid's
+    last length are dropped (and counted in `dropped`)."""
+    max_length = grid[-1]
 
     def encode(sources: tf.Tensor, targets: tf.Tensor):
         target_in, target_out = tokenizer.encode_target(targets)
@@ -249,28 +230,73 @@ def _batch_by_length(strings: tf.data.Dataset, tokenizer: "Tokenizer", *, max_le
 
     dataset = dataset.filter(fits)
     pad = tf.constant(PAD_ID, tf.int32)
+    # bucket_by_sequence_length's bucket i holds lengths < boundaries[i] and pads to
+    # boundaries[i] - 1; the bucket past the last boundary stays empty (`fits`).
     dataset = dataset.bucket_by_sequence_length(
-        length, bucket_boundaries=boundaries, bucket_batch_sizes=batch_sizes,
+        length, bucket_boundaries=[n + 1 for n in grid],
+        bucket_batch_sizes=[*batch_sizes, batch_sizes[-1]],
         padded_shapes=(([None], [None]), [None]), padding_values=((pad, pad), pad),
-        pad_to_bucket_boundary=False, drop_remainder=False)
-    if batch_multiple > 1:
+        pad_to_bucket_boundary=True, drop_remainder=False)
+    rows_of_length = np.zeros([max_length + 1], np.int32)
+    rows_of_length[list(grid)] = batch_sizes
+    rows_of_length = tf.constant(rows_of_length)
 
-        def pad_rows(inputs, target):
-            extra = tf.math.floormod(-tf.shape(target)[0], batch_multiple)
+    def fill_rows(inputs, target):
+        # A bucket's last batch of a finite dataset: rows of PAD up to the bucket's rows.
+        rows = tf.gather(rows_of_length, tf.shape(target)[1])
+        extra = rows - tf.shape(target)[0]
 
-            def pad_batch(x):
-                return tf.pad(x, [[0, extra], [0, 0]], constant_values=PAD_ID)
+        def fill(x):
+            x = tf.pad(x, [[0, extra], [0, 0]], constant_values=PAD_ID)
+            return tf.ensure_shape(x, [None, None])
 
-            return (pad_batch(inputs[0]), pad_batch(inputs[1])), pad_batch(target)
+        return (fill(inputs[0]), fill(inputs[1])), fill(target)
 
-        dataset = dataset.map(pad_rows)
+    dataset = dataset.map(fill_rows)
+    if stats is not None:
+        dataset = dataset.map(stats.record)
     return dataset
+
+
+class BatchStats:
+    """The shapes and padding of the batches a pipeline produced, counted in the tf.data graph
+    as they go by (a batch read ahead by prefetching counts too).
+
+    `read()` returns {"shapes": {"ROWSxLENGTH": batches}, "batches", "tokens" (real source and
+    target tokens), "padding" (share of PAD in the batches' source and target positions)}.
+    """
+
+    def __init__(self):
+        self._shapes = tf.lookup.experimental.MutableHashTable(tf.string, tf.int64, 0)
+        self._tokens = tf.Variable(0, dtype=tf.int64, trainable=False, name="batch_tokens")
+        self._slots = tf.Variable(0, dtype=tf.int64, trainable=False, name="batch_slots")
+
+    def record(self, inputs, target):
+        """A tf.data map function: counts the batch, returns it unchanged."""
+        source, target_in = inputs
+        shape = tf.strings.format("{}x{}", (tf.shape(target_in)[0], tf.shape(target_in)[1]))
+        real = tf.math.count_nonzero(source != PAD_ID) + tf.math.count_nonzero(
+            target_in != PAD_ID)
+        slots = tf.cast(tf.size(source) + tf.size(target_in), tf.int64)
+        updates = [self._shapes.insert(shape, self._shapes.lookup(shape) + 1),
+                   self._tokens.assign_add(real), self._slots.assign_add(slots)]
+        with tf.control_dependencies(updates):
+            return (tf.identity(source), tf.identity(target_in)), tf.identity(target)
+
+    def read(self) -> dict:
+        keys, counts = self._shapes.export()
+        shapes = {key.decode(): int(count) for key, count in zip(keys.numpy(), counts.numpy())}
+        tokens, slots = int(self._tokens.numpy()), int(self._slots.numpy())
+        return {"shapes": dict(sorted(shapes.items(), key=lambda kv: -kv[1])),
+                "batches": sum(shapes.values()), "tokens": tokens,
+                "padding": 1 - tokens / slots if slots else 0.0}
 
 
 def make_stream(pairs: tf.data.Dataset, tokenizer: "Tokenizer", *, batch_tokens: int,
                 max_length: int, counters: Counters | None = None, seed: int = 0,
                 shuffle_buffer_size: int = 100_000, batch_multiple: int = 1,
-                bucket_growth: float = 1.1, min_bucket_length: int = 8,
+                bucket_growth: float = DEFAULT_BUCKET_GROWTH, min_bucket_length: int = 8,
+                stats: BatchStats | None = None,
                 tokenize_batch_size: int = 256) -> tf.data.Dataset:
     """Batches an endless stream of (source, target) strings for training.
 
@@ -284,7 +310,7 @@ def make_stream(pairs: tf.data.Dataset, tokenizer: "Tokenizer", *, batch_tokens:
             repeat=True)`.
         tokenizer: the shared Tokenizer.
         batch_tokens, max_length, batch_multiple, bucket_growth, min_bucket_length,
-            tokenize_batch_size: as for `make_dataset`.
+            stats, tokenize_batch_size: as for `make_dataset`.
         counters: where dropped pairs are counted (None: not counted).
         seed: shuffle seed.
         shuffle_buffer_size: pairs held in the shuffle buffer (0: no shuffle).
@@ -293,13 +319,13 @@ def make_stream(pairs: tf.data.Dataset, tokenizer: "Tokenizer", *, batch_tokens:
         the prefetched dataset of batches.
     """
     _check_budget(batch_tokens, max_length, batch_multiple)
-    boundaries = bucket_boundaries(max_length, min_length=min_bucket_length, growth=bucket_growth)
-    batch_sizes = _bucket_batch_sizes(boundaries, max_length, batch_tokens, batch_multiple)
+    grid = bucket_lengths(max_length, min_length=min_bucket_length, growth=bucket_growth)
+    batch_sizes = bucket_batch_sizes(grid, batch_tokens, batch_multiple)
     if shuffle_buffer_size:
         pairs = pairs.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=True)
     dataset = _batch_by_length(
-        pairs, tokenizer, max_length=max_length, boundaries=boundaries, batch_sizes=batch_sizes,
-        batch_multiple=1, tokenize_batch_size=tokenize_batch_size,
+        pairs, tokenizer, grid=grid, batch_sizes=batch_sizes, stats=stats,
+        tokenize_batch_size=tokenize_batch_size,
         dropped=counters.dropped if counters is not None else None)
     return dataset.prefetch(tf.data.AUTOTUNE)
 

@@ -18,8 +18,10 @@ import time
 import keras
 import tensorflow as tf
 
+from tfformer import compilations
+from tfformer.buckets import DEFAULT_BUCKET_GROWTH
 from tfformer.corpus import Corpus, Counters, ParallelText, open_corpus, read_tsv, scan
-from tfformer.data import make_stream
+from tfformer.data import BatchStats, make_stream
 from tfformer.files import atomic_write_text
 from tfformer.run_dir import RunDir
 from tfformer.tokenizer import Tokenizer
@@ -122,18 +124,22 @@ def prepare(run: RunDir, *, chief: bool, data: str, skip_bad_lines: bool, seed: 
 
 def training_batches(data: RunData, *, batch_tokens: int, max_length: int, seed: int,
                      skip_bad_lines: bool = False, batch_multiple: int = 1,
+                     bucket_growth: float = DEFAULT_BUCKET_GROWTH,
                      num_workers: int = 1, worker_index: int = 0,
                      shuffle_buffer_size: int = 100_000,
-                     counters: Counters | None = None) -> tf.data.Dataset:
+                     counters: Counters | None = None,
+                     stats: BatchStats | None = None) -> tf.data.Dataset:
     """The endless training batches of this worker: its shard of the files (or lines),
-    shuffled by file and in a bounded buffer, tokenized and bucketed in the graph."""
+    shuffled by file and in a bounded buffer, tokenized and bucketed in the graph into the
+    shapes of the bucket grid (counted in `stats`)."""
     pairs = data.corpus.train_pairs(
         skip_bad_lines=skip_bad_lines, counters=counters, shuffle_files=True, seed=seed,
         repeat=True, num_shards=num_workers, shard_index=worker_index)
     batches = make_stream(pairs, data.tokenizer, batch_tokens=batch_tokens,
                           max_length=max_length, counters=counters, seed=seed,
                           shuffle_buffer_size=shuffle_buffer_size,
-                          batch_multiple=batch_multiple)
+                          batch_multiple=batch_multiple, bucket_growth=bucket_growth,
+                          stats=stats)
     if num_workers > 1:
         # Each worker reads its own shard already: tf.distribute must not shard it again.
         options = tf.data.Options()
@@ -144,12 +150,16 @@ def training_batches(data: RunData, *, batch_tokens: int, max_length: int, seed:
 
 
 def batches_per_pass(run: RunDir, data: RunData, *, batch_tokens: int, max_length: int,
-                     skip_bad_lines: bool, batch_multiple: int, write_cache: bool = True) -> int:
+                     skip_bad_lines: bool, batch_multiple: int,
+                     bucket_growth: float = DEFAULT_BUCKET_GROWTH,
+                     write_cache: bool = True) -> int:
     """Batches in one pass over the training side (what `--epochs` counts in), counted once by
     running the pipeline over the data and cached in RUN/data.json (by the chief only:
     `write_cache`)."""
     key = f"batch_tokens={batch_tokens},max_length={max_length},multiple={batch_multiple}," \
           f"vocab={data.tokenizer.vocab_size}"
+    if bucket_growth != DEFAULT_BUCKET_GROWTH:  # keys written before the grid stay valid
+        key += f",growth={bucket_growth}"
     stats = read_stats(run)
     signature = _file_signature(data.corpus)
     cached = stats.get("batches_per_pass", {})
@@ -159,7 +169,7 @@ def batches_per_pass(run: RunDir, data: RunData, *, batch_tokens: int, max_lengt
     batches = make_stream(
         data.corpus.train_pairs(skip_bad_lines=skip_bad_lines), data.tokenizer,
         batch_tokens=batch_tokens, max_length=max_length, shuffle_buffer_size=0,
-        batch_multiple=batch_multiple)
+        batch_multiple=batch_multiple, bucket_growth=bucket_growth)
     count = int(batches.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
     logger.info("data: one pass is %d batches (counted in %.1f s, cached in %s)", count,
                 time.monotonic() - started, run.data_stats)
@@ -190,3 +200,34 @@ class LogDataCounters(keras.callbacks.Callback):
         logger.info("epoch %d: the stream dropped %d pair(s) longer than %d tokens%s",
                     epoch + 1, dropped, self.max_length,
                     f" and skipped {skipped} bad line(s)" if skipped else "")
+
+
+class LogBatchShapes(keras.callbacks.Callback):
+    """Logs, after each epoch, the distinct shapes of the training batches so far, their
+    padding, and the programs compiled for the train and test steps (where the backend tells,
+    `tfformer.compilations`).
+
+    Attributes:
+        summary: what was last logged, as a dict (also the run's `TrainResult.batches`).
+    """
+
+    def __init__(self, stats: BatchStats, backend: str):
+        super().__init__()
+        self.stats = stats
+        self._counting = compilations.start_counting(backend)
+        self._compiled_before = compilations.step_compilations()
+        self.summary: dict = {}
+
+    def on_epoch_end(self, epoch, logs=None):
+        found = self.stats.read()
+        compiled = None
+        if self._counting:
+            now = compilations.step_compilations()
+            compiled = {name: now[name] - self._compiled_before[name] for name in now}
+        self.summary = {**found, "compilations": compiled}
+        shapes = ", ".join(f"{shape} ({count})" for shape, count in found["shapes"].items())
+        logger.info("epoch %d: %d batch shape(s) so far, rows x length (batches): %s; "
+                    "%.1f%% of the batch positions are padding; %s", epoch + 1,
+                    len(found["shapes"]), shapes, 100 * found["padding"],
+                    "compiled: " + ", ".join(f"{name} {n}" for name, n in compiled.items())
+                    if compiled is not None else "XLA keeps one program per shape")
