@@ -14,6 +14,7 @@ NOTF_PACKAGES := keras==3.15.1 jax==0.10.2 jaxlib==0.10.2 numpy h5py pytest pyte
 # The model side's tests (keras.ops only): besides the TensorFlow run of every test, `make test`
 # runs them on JAX, and on JAX without TensorFlow installed.
 BACKEND_TESTS := tests/test_attention.py tests/test_model.py tests/test_embedding.py \
+	tests/test_mixed_precision.py \
 	tests/test_feed_forward.py tests/test_losses.py tests/test_schedule.py tests/test_config.py \
 	tests/test_eager_search.py tests/test_backends.py
 # Test processes: most tests leave a core idle (Python start-up, subprocesses, small models).

@@ -5,6 +5,7 @@ host devices train data-parallel, and a backend that is missing is named with it
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import pytest
 
 from tests.test_training import HERE, env, train_command
 from tfformer import backends
+from tfformer.buckets import bucket_lengths, default_growth
 
 
 def jax_env(**extra):
@@ -70,6 +72,13 @@ def test_jax_run_resumes_after_kill_9_and_exports_with_tensorflow(tmp_path):
     result = subprocess.run(command, env=jax_env(), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"starting at step {killed_at} of {total}" in result.stderr
+    # Bounded shapes: each replica's rows from the compiled grid, one program per shape at most.
+    report = re.findall(r"(\d+) batch shape\(s\) so far, rows x length \(batches\): (.*?); "
+                        r".*compiled: train_step (\d+), test_step (\d+)", result.stderr)[-1]
+    shapes = [tuple(map(int, s.split(" ")[0].split("x"))) for s in report[1].split(", ")]
+    grid = bucket_lengths(64, growth=default_growth(compiled=True))
+    assert len(shapes) == int(report[0]) and 1 <= int(report[2]) <= len(shapes) <= len(grid)
+    assert all(rows % 2 == 0 and length in grid for rows, length in shapes)
     with open(out / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert [int(r["epoch"]) for r in rows] == [1, 2]

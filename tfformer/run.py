@@ -20,6 +20,7 @@ import time
 from typing import Any, Sequence
 
 from tfformer.backends import BACKENDS
+from tfformer.buckets import default_growth
 from tfformer.config import (
     PAPER_WARMUP_STEPS,
     PRESET_WARMUP_STEPS,
@@ -28,6 +29,7 @@ from tfformer.config import (
     check_fraction,
     get_preset,
 )
+from tfformer.precision import CHOICES as PRECISIONS
 from tfformer.run_dir import RunDir
 
 logger = logging.getLogger(__name__)
@@ -58,6 +60,10 @@ class TrainSettings:
             (default 100 updates with `steps`, one data pass with `epochs`); a multiple of
             `grad_accum`.
         batch_tokens: token budget per global batch (§5.1).
+        bucket_growth: ratio between consecutive lengths of the batches' bucket grid
+            (`tfformer.buckets`): smaller pads less, larger has fewer batch shapes, each one
+            more program for XLA to compile (default 1.1, or 1.25 where steps are compiled:
+            `jit`, or JAX).
         label_smoothing: epsilon_ls of the loss (§5.4).
         warmup_steps: updates of learning-rate warmup (§5.3; default 4000 as in the paper, or
             the preset's own: tiny 400).
@@ -66,7 +72,9 @@ class TrainSettings:
             checkpoints) and start-up included, even before `steps`; the run then ends normally,
             with model.keras (one process only: workers would stop at different batches).
         vocab_size: subword vocabulary size (default: the config's; a soft limit).
-        mixed_precision: None, "bf16" or "fp16".
+        mixed_precision: None (float32), "bf16", "fp16" (with loss scaling), or "auto": bf16
+            where it pays (a GPU or TPU, a CPU with AVX512_BF16 or AMX), else float32
+            (`tfformer.precision`).
         jit: compile train steps with XLA.
         grad_accum: batches per optimizer update.
         devices: split the CPU into this many devices (before the backend starts).
@@ -88,6 +96,7 @@ class TrainSettings:
     epochs: int | None = None
     steps_per_epoch: int | None = None
     batch_tokens: int = 4096
+    bucket_growth: float | None = None
     label_smoothing: float = 0.1
     warmup_steps: int | None = None
     lr_scale: float = 1.0
@@ -117,15 +126,17 @@ class TrainSettings:
         if self.dev_sentences < 0:
             raise ValueError(f"dev_sentences must be >= 0, got {self.dev_sentences}")
         check_fraction("label_smoothing", self.label_smoothing)
+        if self.bucket_growth is not None and not self.bucket_growth > 1:
+            raise ValueError(f"bucket_growth must be > 1, got {self.bucket_growth}")
         for name in ("lr_scale", "max_minutes"):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"{name} must be > 0, got {value}")
         if self.steps and self.epochs:
             raise ValueError("give steps or epochs, not both")
-        if self.mixed_precision not in (None, "bf16", "fp16"):
-            raise ValueError(f"mixed_precision must be None, 'bf16' or 'fp16', got "
-                             f"{self.mixed_precision!r}")
+        if self.mixed_precision not in (None, *PRECISIONS):
+            raise ValueError(f"mixed_precision must be None or one of {', '.join(PRECISIONS)}, "
+                             f"got {self.mixed_precision!r}")
         if self.backend is not None and self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {sorted(BACKENDS)}, got {self.backend!r}")
         if not self.steps and not self.epochs:
@@ -142,6 +153,7 @@ class TrainResult:
     step: int
     history: list[dict]
     dev_pairs: list[tuple[str, str]]
+    batches: dict  # the training batches' shapes, padding, compilations (LogBatchShapes)
 
 
 def load_config(spec: str | TransformerConfig, **overrides) -> TransformerConfig:
@@ -220,16 +232,13 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
 
     # Seed before any tf-text resource exists: seeding later destroys the tokenizer's resource.
     keras.utils.set_random_seed(settings.seed)
-    if settings.mixed_precision:
-        keras.mixed_precision.set_global_policy(
-            {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}[settings.mixed_precision])
 
     import tensorflow as tf
 
-    from tfformer import run_data
+    from tfformer import precision, run_data
     from tfformer.callbacks import DevBleu, KeepLastCheckpoints, StopAtTime
     from tfformer.corpus import Counters, DataError
-    from tfformer.data import make_eval_dataset
+    from tfformer.data import BatchStats, make_eval_dataset
     from tfformer.files import atomic_write, atomic_write_text
     from tfformer.model import Transformer
     from tfformer.run_state import RunState
@@ -275,19 +284,22 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
                          keep_initial_weights=settings.keep_initial_weights)
     replicas = placement.replicas
     num_workers, worker_index = placement.num_workers, placement.worker_index
-    counters = Counters()
+    counters, batch_stats = Counters(), BatchStats()
+    compiled = settings.jit or backend != "tensorflow"  # JAX compiles every step
+    bucket_growth = settings.bucket_growth or default_growth(compiled)
     # A resumed run reshuffles with another seed; the same seed would replay the first batches.
     train_data = run_data.training_batches(
         data, batch_tokens=settings.batch_tokens, max_length=config.max_length,
         seed=settings.seed + run_state.step, skip_bad_lines=settings.skip_bad_lines,
-        batch_multiple=replicas, num_workers=num_workers, worker_index=worker_index,
-        shuffle_buffer_size=settings.shuffle_buffer, counters=counters)
+        batch_multiple=replicas, bucket_growth=bucket_growth,
+        num_workers=num_workers, worker_index=worker_index,
+        shuffle_buffer_size=settings.shuffle_buffer, counters=counters, stats=batch_stats)
     if num_workers > 1:
         logger.info("train: worker %d reads shard %d of %d (by %s)", worker_index,
                     worker_index, num_workers, data.corpus.shard_unit(num_workers))
     dev_data, dev_info = make_eval_dataset(
         dev, tokenizer, batch_tokens=settings.batch_tokens, max_length=config.max_length,
-        batch_multiple=replicas)
+        batch_multiple=replicas, bucket_growth=bucket_growth)
     if dev_info.num_dropped:
         logger.info("dev: %d pairs dropped as longer than %d tokens", dev_info.num_dropped,
                     config.max_length)
@@ -302,7 +314,7 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
         per_pass = run_data.batches_per_pass(
             shared, data, batch_tokens=settings.batch_tokens, max_length=config.max_length,
             skip_bad_lines=settings.skip_bad_lines, batch_multiple=replicas,
-            write_cache=chief)
+            bucket_growth=bucket_growth, write_cache=chief)
         # Passes over the data set the budget; steps_per_epoch only the checkpoint interval.
         total_steps = max(1, settings.epochs * per_pass // accumulation)
         steps_per_epoch = settings.steps_per_epoch or max(
@@ -314,7 +326,8 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
                 accumulation, steps_per_epoch // accumulation,
                 math.ceil(total_steps / (steps_per_epoch // accumulation)))
 
-    with placement.scope():
+    mixed_precision = precision.resolve(settings.mixed_precision)
+    with placement.scope(), precision.policy(mixed_precision):
         model = Transformer(config)
         model.build()
         optimizer = paper_optimizer(config.d_model, warmup_steps, scale=settings.lr_scale,
@@ -322,13 +335,15 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
         # JAX always compiles its steps (jit_compile=False would run every op eagerly).
         compile_transformer(model, optimizer=optimizer, label_smoothing=settings.label_smoothing,
                             jit_compile=settings.jit if backend == "tensorflow" else "auto")
-    logger.info("model: %s parameters, Keras on %s, %s", f"{model.count_params():,}", backend,
-                placement.description)
+    logger.info("model: %s parameters, Keras on %s, %s; %s", f"{model.count_params():,}",
+                backend, placement.description, precision.describe(mixed_precision))
 
+    batch_shapes = run_data.LogBatchShapes(batch_stats, backend)
     callbacks = [
         keras.callbacks.TerminateOnNaN(),
         KeepLastCheckpoints(run.checkpoints, keep=settings.keep_checkpoints),
         run_data.LogDataCounters(counters, config.max_length),
+        batch_shapes,
     ]
     if settings.dev_sentences and chief:
         callbacks.append(DevBleu(tokenizer, dev.pairs,
@@ -360,7 +375,8 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
     logger.info("saved %s after %d steps", run.model, step)
     if chief:
         _save_history_plot(run)
-    return TrainResult(model, tokenizer, run, step, list(run_state.history), dev.pairs)
+    return TrainResult(model, tokenizer, run, step, list(run_state.history), dev.pairs,
+                       batch_shapes.summary)
 
 
 def _save_history_plot(run: RunDir) -> None:

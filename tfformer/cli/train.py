@@ -57,6 +57,10 @@ def parse_args(argv=None, recipe: str | None = None) -> argparse.Namespace:
                              "--steps, one data pass with --epochs)")
     parser.add_argument("--batch-tokens", type=int, default=4096,
                         help="token budget per global batch (paper: ~25000 source + target)")
+    parser.add_argument("--bucket-growth", type=float, default=None, metavar="RATIO",
+                        help="ratio between the lengths of the batches' bucket grid: smaller "
+                             "pads less, larger has fewer batch shapes for XLA to compile "
+                             "(default 1.1, or 1.25 with --jit or JAX)")
     parser.add_argument("--label-smoothing", type=float, default=0.1,
                         help="epsilon_ls of the loss (§5.4)")
     parser.add_argument("--warmup-steps", type=int, default=None,
@@ -68,7 +72,10 @@ def parse_args(argv=None, recipe: str | None = None) -> argparse.Namespace:
                              "included) even before --steps, and save the model")
     parser.add_argument("--vocab-size", type=int, default=None,
                         help="subword vocabulary size (default: the config's; a soft limit)")
-    parser.add_argument("--mixed-precision", choices=("bf16", "fp16"), default=None)
+    parser.add_argument("--mixed-precision", choices=("auto", "bf16", "fp16"), default=None,
+                        help="half-precision matmuls on float32 weights (fp16 with loss "
+                             "scaling); auto: bf16 on a GPU/TPU or a CPU with AVX512_BF16 or "
+                             "AMX, else float32 (default: float32)")
     parser.add_argument("--jit", action="store_true", help="compile train steps with XLA")
     parser.add_argument("--grad-accum", type=int, default=1, metavar="N",
                         help="accumulate gradients over N batches per update (--steps counts "

@@ -135,7 +135,17 @@ def fused_attention(query, key, value, attention_mask=None):
     can fuse it (cuDNN flash attention on a GPU under JAX and PyTorch); None on TensorFlow, whose
     explicit form above is its fast one. Inputs in the heads layout [batch, T, h, d_k];
     `attention_mask` boolean, broadcastable to [batch, h, T_q, T_k]."""
-    if ON_TENSORFLOW:
+    if ON_TENSORFLOW or _float16_on_jax_cpu(query.dtype):
         return None
     return ops.dot_product_attention(query, key, value, mask=attention_mask,
                                      scale=1.0 / query.shape[-1] ** 0.5)
+
+
+def _float16_on_jax_cpu(dtype) -> bool:
+    # jax.nn.dot_product_attention multiplies float16 into float32, which XLA's CPU dot lacks
+    # ("The precision 'F16_F16_F32' is not supported by dot_general on CPU").
+    if keras.backend.standardize_dtype(dtype) != "float16" or keras.backend.backend() != "jax":
+        return False
+    import jax
+
+    return jax.default_backend() == "cpu"

@@ -1,0 +1,83 @@
+"""Mixed precision for training: which policy, and whether bf16 pays on this machine.
+
+Under `--mixed-precision bf16|fp16` the matmuls run in half precision on float32 weights
+(Keras' mixed policies); the model keeps in float32 what half precision would spoil: the
+attention softmax (`tfformer.layers.attention`), LayerNorm (Keras computes it in float32), the
+logits, their log-softmax and the loss (`tfformer.losses`), and so the beam scores. fp16 has
+too little range for the gradients: Keras wraps the optimizer in a `LossScaleOptimizer`.
+
+bf16 is only faster where the hardware multiplies in it: a GPU or TPU, or a CPU with
+AVX512_BF16 or AMX; elsewhere its casts cost time for nothing. "auto" chooses it there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Iterator
+
+POLICIES = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+CHOICES = ("auto", *POLICIES)
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_flags(path: str = "/proc/cpuinfo") -> set[str]:
+    """The CPU's feature flags (empty where /proc/cpuinfo does not exist)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return set()
+
+
+def has_accelerator() -> bool:
+    """Whether Keras' backend sees a GPU or TPU (asks the backend, so Keras must be chosen)."""
+    import keras
+
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        return jax.default_backend() in ("gpu", "tpu")
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return bool(tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"))
+    return False
+
+
+def resolve(setting: str | None, *, flags: set[str] | None = None,
+            accelerator: bool | None = None) -> str | None:
+    """The precision a setting means here: "auto" is bf16 on a GPU/TPU or a CPU with
+    AVX512_BF16 or AMX, else None (float32); "bf16", "fp16" and None mean themselves."""
+    if setting is not None and setting not in CHOICES:
+        raise ValueError(f"mixed_precision must be None or one of {', '.join(CHOICES)}, "
+                         f"got {setting!r}")
+    if setting != "auto":
+        return setting
+    flags = cpu_flags() if flags is None else flags
+    if accelerator is None:
+        accelerator = has_accelerator()
+    return "bf16" if accelerator or flags & set(BF16_CPU_FLAGS) else None
+
+
+@contextlib.contextmanager
+def policy(precision: str | None) -> Iterator[None]:
+    """Keras' global dtype policy for `precision` (None: float32) while models are built in the
+    block; the previous policy afterwards, so that a run leaves the process as it found it."""
+    import keras
+
+    before = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(POLICIES[precision] if precision else "float32")
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(before)
+
+
+def describe(precision: str | None) -> str:
+    flags = sorted(cpu_flags() & set(BF16_CPU_FLAGS)) or ["no AVX512_BF16 or AMX"]
+    return f"{POLICIES.get(precision, 'float32')} (CPU: {', '.join(flags)}; {os.cpu_count()} cores)"
