@@ -34,3 +34,34 @@ def test_data_scale_benchmark_streams_a_generated_corpus(tmp_path):
     assert report["pipeline_vs_base_model"] == pytest.approx(
         pipeline["tokens_per_second"] / report["base_model"]["tokens_per_second"], abs=0.06)
     assert os.listdir(tmp_path) == []  # the corpus is not kept
+
+
+@pytest.mark.slow
+def test_batch_shapes_benchmark_reports_bounded_shapes_and_compilations():
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "batch_shapes.py"), "--data",
+         "builtin", "--limit", "600", "--vocab-size", "300", "--first", "3", "--more", "2",
+         "--contenders", "tensorflow,jax"],
+        capture_output=True, text=True, timeout=900,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert report["pairs"] == 600 and report["data"] == "builtin"
+    fine, coarse = report["grid"]
+    assert (fine["bucket_growth"], coarse["bucket_growth"]) == (1.1, 1.25)
+    for grid in (fine, coarse):
+        assert 1 <= grid["distinct_shapes"] == len(grid["shapes"]) <= grid["buckets"]
+        assert sum(grid["shapes"].values()) == grid["batches"]
+        # Padding to the bucket's length pads at least as much as padding to each batch's
+        # longest pair would.
+        assert 0 < grid["padding_if_padded_to_each_batch_longest"] <= grid["padding"] < 0.5
+    # The fine grid's buckets are so narrow that their batches reach their length anyway (a
+    # repeated stream has no filled-up last batches).
+    assert fine["padding"] - fine["padding_if_padded_to_each_batch_longest"] < 0.01
+    assert coarse["buckets"] < fine["buckets"]
+    plain, jax = report["training"]["tensorflow"], report["training"]["jax"]
+    assert plain["bucket_growth"] == 1.1 and jax["bucket_growth"] == 1.25
+    # JAX compiles its train step once per shape, no more.
+    assert 1 <= jax["train_step_compilations"] <= jax["distinct_shapes"]
+    assert plain["train_step_compilations"] is None
+    assert plain["first_updates"] == 3 and plain["more_target_tokens_per_second"] > 0
