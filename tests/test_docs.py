@@ -796,8 +796,6 @@ INLINE_WHITELIST = {
         "a list of flags (README.md, Train)",
     "tfformer-train --recipe FILE":
         "a synopsis: FILE is a placeholder; training/README.md's block runs real recipes",
-    "tfformer-train --steps 40 --steps-per-epoch 40 --dev-sentences 0":
-        "a measurement of --jit (README.md, Known limitations): minutes, with nothing new to run",
 }
 
 
