@@ -5,33 +5,20 @@ installed (the Makefile's BACKEND_TESTS). The reference is the same model in flo
 same weights.
 """
 
-import contextlib
-
 import keras
 import numpy as np
 import pytest
 from keras import ops
 
-from tfformer import Transformer, compile_transformer
+from tfformer import Transformer, compile_transformer, precision
 from tfformer.config import TransformerConfig
 from tfformer.special_tokens import BOS_ID
 
-POLICIES = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 HALF = {"bf16": "bfloat16", "fp16": "float16"}
 
 
-@contextlib.contextmanager
-def global_policy(name: str):
-    before = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(name)
-    try:
-        yield
-    finally:
-        keras.config.set_dtype_policy(before)
-
-
-def compiled_model(config, policy: str, weights=None) -> Transformer:
-    with global_policy(policy):
+def compiled_model(config, mixed_precision: str | None, weights=None) -> Transformer:
+    with precision.policy(mixed_precision):
         model = Transformer(config)
         model.build()
     if weights is not None:
@@ -57,10 +44,10 @@ def config():
                              dropout=0.0)
 
 
-@pytest.mark.parametrize("precision", ["bf16", "fp16"])
-def test_one_step_in_half_precision_gives_the_fp32_loss(config, precision):
-    fp32 = compiled_model(config, "float32")
-    mixed = compiled_model(config, POLICIES[precision], fp32.get_weights())
+@pytest.mark.parametrize("half", ["bf16", "fp16"])
+def test_one_step_in_half_precision_gives_the_fp32_loss(config, half):
+    fp32 = compiled_model(config, None)
+    mixed = compiled_model(config, half, fp32.get_weights())
     inputs, labels = batch(config)
     loss32 = float(fp32.train_on_batch(inputs, labels)[0])
     loss16 = float(mixed.train_on_batch(inputs, labels)[0])
@@ -73,24 +60,24 @@ def test_one_step_in_half_precision_gives_the_fp32_loss(config, precision):
     # The layers compute in half precision; the logits leave the model in float32.
     source, target_in = inputs
     memory, _ = mixed.encode(source)
-    assert keras.backend.standardize_dtype(memory.dtype) == HALF[precision]
+    assert keras.backend.standardize_dtype(memory.dtype) == HALF[half]
     assert keras.backend.standardize_dtype(mixed((source, target_in)).dtype) == "float32"
     # fp16 needs loss scaling (its gradients underflow); bf16 has float32's range.
     scaled = isinstance(mixed.optimizer, keras.optimizers.LossScaleOptimizer)
-    assert scaled == (precision == "fp16")
+    assert scaled == (half == "fp16")
 
 
-@pytest.mark.parametrize("precision", ["bf16", "fp16"])
-def test_half_precision_logits_follow_fp32_and_masks_hold(config, precision):
-    fp32 = compiled_model(config, "float32")
-    mixed = compiled_model(config, POLICIES[precision], fp32.get_weights())
+@pytest.mark.parametrize("half", ["bf16", "fp16"])
+def test_half_precision_logits_follow_fp32_and_masks_hold(config, half):
+    fp32 = compiled_model(config, None)
+    mixed = compiled_model(config, half, fp32.get_weights())
     inputs, _ = batch(config)
     logits32 = ops.convert_to_numpy(fp32(inputs))
     logits16 = ops.convert_to_numpy(mixed(inputs))
     assert np.isfinite(logits16).all()
     # Half precision keeps about 3 (bf16) or 4 (fp16) significant digits of each logit.
     scale = np.abs(logits32).max()
-    assert np.abs(logits16 - logits32).max() < (0.05 if precision == "bf16" else 0.01) * scale
+    assert np.abs(logits16 - logits32).max() < (0.05 if half == "bf16" else 0.01) * scale
     # The same argmax almost everywhere (ties within half-precision rounding aside).
     agree = (logits16.argmax(-1) == logits32.argmax(-1)).mean()
     assert agree > 0.95
@@ -105,8 +92,6 @@ def test_half_precision_logits_follow_fp32_and_masks_hold(config, precision):
 
 
 def test_auto_precision_is_bf16_only_where_the_hardware_multiplies_in_it(tmp_path):
-    from tfformer import precision
-
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16\n")
     assert precision.cpu_flags(str(cpuinfo)) >= {"avx2", "avx512_bf16"}
