@@ -3,6 +3,10 @@
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The numerical tests compare float32 against NumPy's float32 formulas. On a GPU, JAX's default
+# float32 matmul is TF32 (10-bit mantissa: ~1e-3 relative error); ask for true float32 there.
+# The CPU computes float32 either way.
+os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
 
 import pytest  # noqa: E402
 
