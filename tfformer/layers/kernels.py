@@ -14,6 +14,8 @@ The layout of attention heads follows the same check (`SEQUENCE_AXIS`):
 
 from __future__ import annotations
 
+import functools
+
 import keras
 from keras import ops
 
@@ -137,8 +139,23 @@ def fused_attention(query, key, value, attention_mask=None):
     `attention_mask` boolean, broadcastable to [batch, h, T_q, T_k]."""
     if ON_TENSORFLOW or _float16_on_jax_cpu(query.dtype):
         return None
+    if attention_mask is not None and _on_jax_gpu():
+        # cuDNN takes a mask only as a full [batch, 1, T_q, T_k] bias: given a broadcastable one
+        # (a padding mask [batch, 1, 1, T_k]), Keras logs the failure and falls back to XLA's
+        # attention. Spelled out, every attention layer runs cuDNN's flash kernel.
+        attention_mask = ops.broadcast_to(attention_mask, (
+            ops.shape(query)[0], 1, ops.shape(query)[1], ops.shape(key)[1]))
     return ops.dot_product_attention(query, key, value, mask=attention_mask,
                                      scale=1.0 / query.shape[-1] ** 0.5)
+
+
+@functools.cache
+def _on_jax_gpu() -> bool:
+    if keras.backend.backend() != "jax":
+        return False
+    import jax
+
+    return jax.default_backend() == "gpu"
 
 
 def _float16_on_jax_cpu(dtype) -> bool:
