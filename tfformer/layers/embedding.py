@@ -23,9 +23,11 @@ def sinusoidal_table(positions, d_model: int, dtype="float32"):
     """
     i = np.arange(d_model)
     # Column c uses frequency index 2 * (c // 2): even columns sin, odd columns cos, as in §3.5.
-    inverse_freq = (1.0 / np.power(10000.0, (2 * (i // 2)) / d_model)).astype("float32")
-    angles = ops.expand_dims(ops.cast(positions, "float32"), 1) * inverse_freq[np.newaxis, :]
-    table = ops.where(i % 2 == 0, ops.sin(angles), ops.cos(angles))
+    # The NumPy constants become tensors first: a torch tensor on a GPU does not mix with NumPy.
+    inverse_freq = ops.convert_to_tensor(
+        (1.0 / np.power(10000.0, (2 * (i // 2)) / d_model)).astype("float32")[np.newaxis, :])
+    angles = ops.expand_dims(ops.cast(positions, "float32"), 1) * inverse_freq
+    table = ops.where(ops.convert_to_tensor(i % 2 == 0), ops.sin(angles), ops.cos(angles))
     return ops.cast(table, dtype)
 
 
