@@ -33,15 +33,20 @@ memory, and peak-memory counters are per process. A child that fails (or exceeds
 `--worker-timeout`) is recorded as {"error": ...} and the others still run; the exit status is
 1 if any requested contender failed. The JSON (stdout and `--out`, rewritten after every
 contender) holds per contender:
-    target_tokens_per_s   batch * length / median step time over the timed steps (after
-                          `--warmup` steps, which include compilation); every step ends with the
-                          device work finished (block_until_ready / cuda.synchronize).
-    step_time_s           median, min, max, mean of the timed steps; first_step_s apart.
+    target_tokens_per_s   batch * length / step time of the pipelined window (below).
+    pipelined             `--pipelined-steps` more steps after the timed ones, dispatched as a
+                          training loop does, without waiting for the device between steps; the
+                          window ends when the device has finished the last one. Its
+                          step_time_s (window / steps) is the throughput a run gets.
+    step_time_s           median, min, max, mean of the timed steps (after `--warmup` steps,
+                          which include compilation), each ending with the device work finished
+                          (block_until_ready / cuda.synchronize): the host's time between steps
+                          shows here as idle device time. first_step_s apart.
     peak_memory           bytes and kind: JAX device peak_bytes_in_use, torch
                           max_memory_allocated, or on CPU the process peak RSS.
     compilations          JAX: backend compilations (event BACKEND_COMPILE_EVENT of jax's
-                          dispatch), during the run and within the timed steps; torch: Dynamo's
-                          unique graphs.
+                          dispatch) during the run, and of `train_step` after the warm-up
+                          steps (in_timed_steps); torch: Dynamo's unique graphs.
     flops_per_step        the analytic model FLOPs (below), achieved_flops_per_s, and mfu =
                           achieved / matmul_peak, a bf16 n x n matmul (8192 on GPU, 1024 on CPU)
                           timed in the same child with the same framework.
@@ -164,10 +169,19 @@ def time_matmuls(run, sync, n: int, iterations: int, repeats: int = 3) -> dict:
             "seconds_per_matmul": best, "iterations": iterations}
 
 
+def pipelined_window(window_start: float, window_end: float, steps: int) -> dict:
+    """The pipelined steps' report: their wall time from the end of the synchronized steps to the
+    device's end of the last one."""
+    if steps < 1:
+        raise ValueError(f"no pipelined steps: {steps}")
+    return {"steps": steps, "seconds": window_end - window_start,
+            "step_time_s": (window_end - window_start) / steps}
+
+
 def finish_report(report: dict, args, config, params: int) -> dict:
-    """Adds throughput, FLOPs and MFU to a worker's report."""
+    """Adds throughput (from the pipelined window), FLOPs and MFU to a worker's report."""
     tokens = args.batch * args.length
-    median = report["step_time_s"]["median"]
+    median = report["pipelined"]["step_time_s"]
     flops = train_flops_per_step(config, args.batch, args.length, args.length)
     report.update(
         params=params, batch=args.batch, source_length=args.length, target_length=args.length,
@@ -407,18 +421,23 @@ def run_torch(args, config) -> dict:
     graphs_after_warmup = None
     sync()
     start = time.perf_counter()
-    for i in range(args.warmup + args.steps):
+    synchronized = args.warmup + args.steps
+    for i in range(synchronized + args.pipelined_steps):
         loss = step(*batches[i % len(batches)])
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         schedule.step()
-        sync()
-        losses.append(loss.item())
-        step_ends.append(time.perf_counter())
+        losses.append(loss.detach())
+        if i < synchronized or i + 1 == synchronized + args.pipelined_steps:
+            sync()
+            step_ends.append(time.perf_counter())
         if i + 1 == args.warmup and args.compile:
             graphs_after_warmup = dynamo_graphs()
-    report = step_statistics(step_ends, start, args.warmup)
+    losses = [float(loss) for loss in losses]
+    report = step_statistics(step_ends[:synchronized], start, args.warmup)
+    report["pipelined"] = pipelined_window(step_ends[synchronized - 1], step_ends[-1],
+                                           args.pipelined_steps)
     report["peak_memory"] = torch_peak_memory(torch, device)
     graphs = dynamo_graphs() if args.compile else 0
     report.update(env, framework="torch", final_loss=statistics.fmean(losses),
@@ -478,6 +497,11 @@ class JaxCompilations:
     def count(self) -> int:
         return sum(self.functions.values())
 
+    @property
+    def train_steps(self) -> int:
+        """Compilations of the training step itself (a new shape or a retrace)."""
+        return self.functions["jit(train_step)"]
+
 
 def keras_environment(keras, backend: str) -> dict:
     versions = {"keras": keras.__version__, "python": platform.python_version()}
@@ -515,7 +539,7 @@ def run_keras(args, config, backend: str) -> dict:
     batches = random_batches(config, args.batch, args.length, args.seed)
 
     def generator():
-        for i in range(args.warmup + args.steps):
+        for i in range(args.warmup + args.steps + args.pipelined_steps):
             source, target_in, target_out = batches[i % len(batches)]
             yield (source, target_in), target_out
 
@@ -541,9 +565,23 @@ def run_keras(args, config, backend: str) -> dict:
             self.step_ends.append(time.perf_counter())
             self.loss = float(logs["loss"])
             if len(self.step_ends) == args.warmup and compilations is not None:
-                self.compiled_after_warmup = compilations.count
-            if len(self.step_ends) == args.warmup + args.steps and compilations is not None:
-                self.compiled_at_end = compilations.count
+                self.compiled_after_warmup = compilations.train_steps
+
+    class WindowTimer(keras.callbacks.Callback):
+        """Times a whole fit() without waiting between steps: a callback with a batch hook
+        that is not `async_safe` makes Keras wait for every step's logs."""
+
+        async_safe = True
+
+        def on_train_begin(self, logs=None):
+            self.start = time.perf_counter()  # the device is idle: the last fit() waited
+
+        def on_train_end(self, logs=None):
+            sync(logs)  # Keras has read the last step's logs: the device has finished
+            self.end = time.perf_counter()
+            if compilations is not None:
+                timer.compiled_at_end = compilations.count
+                timer.train_steps_at_end = compilations.train_steps
 
     if backend == "torch":
         import torch
@@ -551,9 +589,14 @@ def run_keras(args, config, backend: str) -> dict:
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
     timer = StepTimer()
-    model.fit(generator(), steps_per_epoch=args.warmup + args.steps, epochs=1, verbose=0,
+    batches_left = generator()
+    model.fit(batches_left, steps_per_epoch=args.warmup + args.steps, epochs=1, verbose=0,
               callbacks=[timer])
     report = step_statistics(timer.step_ends, timer.start, args.warmup)
+    window = WindowTimer()
+    model.fit(batches_left, steps_per_epoch=args.pipelined_steps, epochs=1, verbose=0,
+              callbacks=[window])
+    report["pipelined"] = pipelined_window(window.start, window.end, args.pipelined_steps)
     report.update(env, framework="keras", keras_backend=backend, final_loss=timer.loss,
                   jit_compile=model.jit_compile,
                   tensorflow=tensorflow.report(),
@@ -569,7 +612,7 @@ def run_keras(args, config, backend: str) -> dict:
         report["compilations"] = {
             "count": timer.compiled_at_end,
             "kind": f"jax backend compilations ({compilations.event or 'backend_compile'})",
-            "in_timed_steps": timer.compiled_at_end - timer.compiled_after_warmup,
+            "in_timed_steps": timer.train_steps_at_end - timer.compiled_after_warmup,
             "functions": dict(compilations.functions.most_common(10)),
             "events": dict(compilations.events)}
         n = args.matmul_size or (8192 if report["device"] != "cpu" else 1024)
@@ -616,7 +659,8 @@ def worker(args) -> int:
 def worker_argv(args, name: str, result: str) -> list[str]:
     argv = [sys.executable, os.path.abspath(__file__), "--worker", name, "--result", result,
             "--preset", args.preset, "--vocab", str(args.vocab), "--batch", str(args.batch),
-            "--length", str(args.length), "--steps", str(args.steps), "--warmup",
+            "--length", str(args.length), "--steps", str(args.steps), "--pipelined-steps",
+            str(args.pipelined_steps), "--warmup",
             str(args.warmup), "--seed", str(args.seed), "--lr-warmup", str(args.lr_warmup),
             "--matmul-size", str(args.matmul_size), "--matmul-iterations",
             str(args.matmul_iterations), "--torch-compile-mode", args.torch_compile_mode]
@@ -691,7 +735,8 @@ def parent(args) -> int:
         "benchmark": "train_gpu", "argv": sys.argv[1:],
         "settings": {"preset": args.preset, "config": config.to_dict(), "batch": args.batch,
                      "source_length": args.length, "target_length": args.length,
-                     "steps": args.steps, "warmup": args.warmup, "seed": args.seed,
+                     "steps": args.steps, "pipelined_steps": args.pipelined_steps,
+                     "warmup": args.warmup, "seed": args.seed,
                      "precision": "bf16 mixed (float32 weights)", "label_smoothing": 0.1,
                      "optimizer": "Adam(0.9, 0.98, 1e-9), Noam schedule",
                      "lr_warmup": args.lr_warmup, "data": "random ids, no PAD"},
@@ -745,6 +790,8 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, default=20, help="timed steps")
     parser.add_argument("--warmup", type=int, default=5,
                         help="untimed steps first (compilation); at least 1")
+    parser.add_argument("--pipelined-steps", type=int, default=20,
+                        help="steps timed as one window, without waiting between them")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr-warmup", type=int, default=4000,
                         help="warmup of the paper's learning-rate schedule")

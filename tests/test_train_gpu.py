@@ -203,6 +203,7 @@ def test_benchmark_runs_every_contender_at_tiny_size(tmp_path):
     result = subprocess.run(
         [sys.executable, SCRIPT, "--preset", "tiny", "--vocab", str(vocab), "--batch",
          str(batch), "--length", str(length), "--steps", "2", "--warmup", "1",
+         "--pipelined-steps", "3",
          "--contenders", "keras-jax,torch,keras-torch", "--no-compile", "--out", str(out)],
         capture_output=True, text=True, timeout=600,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
@@ -225,10 +226,13 @@ def test_benchmark_runs_every_contender_at_tiny_size(tmp_path):
         assert run["timed_steps"] == 2 and run["warmup_steps"] == 1
         times = run["step_time_s"]
         assert 0 < times["min"] <= times["median"] <= times["max"]
-        assert run["target_tokens_per_s"] > 0
-        assert run["target_tokens_per_s"] == pytest.approx(batch * length / times["median"])
+        pipelined = run["pipelined"]
+        assert pipelined["steps"] == 3 and pipelined["seconds"] > 0
+        assert pipelined["step_time_s"] == pytest.approx(pipelined["seconds"] / 3)
+        assert run["target_tokens_per_s"] == pytest.approx(
+            batch * length / pipelined["step_time_s"])
         assert run["flops_per_step"] == flops
-        assert run["achieved_flops_per_s"] == pytest.approx(flops / times["median"])
+        assert run["achieved_flops_per_s"] == pytest.approx(flops / pipelined["step_time_s"])
         peak = run["matmul_peak"]
         assert peak["n"] == 1024 and peak["dtype"] == "bfloat16"
         assert peak["flops_per_s"] == pytest.approx(2 * 1024 ** 3 / peak["seconds_per_matmul"])
