@@ -115,6 +115,39 @@ def test_an_empty_file_is_always_an_error(tmp_path, data):
         open_corpus(f"tsv:{good}+{_write(tmp_path, 'empty.tsv.gz', data)},{good}")
 
 
+def _truncated_gzip(tmp_path, name, pairs: int) -> str:
+    """A gzip of `pairs` pairs cut in half, as an interrupted download leaves it."""
+    path = _write(tmp_path, name, _tsv(_pairs(pairs)))
+    data = open(path, "rb").read()
+    with open(path, "wb") as f:
+        f.write(data[:len(data) // 2])
+    return path
+
+
+def test_a_truncated_gzip_is_an_error_naming_the_file(tmp_path):
+    cut = _truncated_gzip(tmp_path, "train.tsv.gz", 15000)
+    # What tf.data alone does with it: part of the pairs, the last one cut, and no error.
+    lines = list(tf.data.TextLineDataset(cut, compression_type="GZIP").as_numpy_iterator())
+    assert 0 < len(lines) < 15000
+    good = _write(tmp_path, "dev.tsv", b"a\tb\n")
+    for read in (lambda: open_corpus(f"tsv:{cut},{good}"),          # scan and training stream
+                 lambda: open_corpus(f"tsv:{good}+{cut},{good}"),   # as a later file
+                 lambda: open_corpus(f"tsv:{good},{cut}"),           # as the dev file
+                 lambda: read_tsv(cut, skip_bad_lines=True)):       # dev and test sets
+        with pytest.raises(DataError, match="truncated gzip file") as error:
+            read()
+        assert error.value.path == cut and error.value.line is None
+        assert str(error.value).startswith(f"{cut}: ")
+
+
+def test_a_gz_name_on_bytes_that_are_not_gzip_is_an_error(tmp_path):
+    path = tmp_path / "random.tsv.gz"
+    path.write_bytes(bytes(range(256)) * 8)
+    with pytest.raises(DataError, match="not a valid gzip file") as error:
+        open_corpus(f"tsv:{path}")
+    assert error.value.path == str(path)
+
+
 def test_read_tsv_all_lines_bad_is_an_error_even_when_skipping(tmp_path):
     path = _write(tmp_path, "bad.tsv", b"no tab\nnone here either\n")
     with pytest.raises(DataError, match=r"no valid line \(2 bad lines skipped\)"):

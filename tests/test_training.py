@@ -2,6 +2,7 @@
 tfformer-train program's handling of bad input."""
 
 import csv
+import gzip
 import json
 import os
 import signal
@@ -339,6 +340,24 @@ def test_a_bad_line_met_by_the_stream_stops_training_naming_it(tmp_path):
     assert result.returncode == 2, result.stderr[-3000:]
     assert f"{train}:101: 2 TAB separators, expected exactly 1" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_truncated_gzip_corpus_is_exit_2_naming_the_file(tmp_path):
+    train = tmp_path / "train.tsv.gz"
+    with gzip.open(train, "wt", encoding="utf-8") as f:
+        f.write("".join(f"uno dos {i}\tone two {i}\n" for i in range(15000)))
+    data = train.read_bytes()
+    train.write_bytes(data[:len(data) // 2])
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("hola\thello\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "tfformer.cli.train", "--data", f"tsv:{train},{dev}",
+         "--out", str(tmp_path / "run"), *SMALL, "--steps", "2"],
+        capture_output=True, text=True, timeout=300, env=env())
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert f"{train}: truncated gzip file" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "run" / "model.keras").exists()
 
 
 def test_max_minutes_ends_the_run_early_and_saves_the_model(tmp_path):
