@@ -17,7 +17,7 @@ from tfformer import (
     compile_transformer,
     paper_optimizer,
 )
-from tfformer.files import atomic_write_text, remove_temporaries
+from tfformer.files import atomic_write_text, full_disk_path, remove_temporaries
 from tfformer.run_state import RunState, history_csv, logged_tensorboard_steps
 from tfformer.training import fit_resumable
 
@@ -218,3 +218,25 @@ def test_weights_renamed_into_place_before_the_first_state_json_are_not_a_backup
     (tmp_path / "backup" / "step-000000001.weights.h5").write_bytes(b"uncommitted")
     state = RunState(str(tmp_path), backup_every=1)
     assert state.step == 0 and os.listdir(tmp_path / "backup") == []
+
+
+def test_full_disk_path_names_the_file_of_a_full_disk_and_nothing_else():
+    import errno
+
+    assert full_disk_path(OSError(errno.ENOSPC, "No space left on device", "/r/a.csv")) \
+        == "/r/a.csv"
+    assert full_disk_path(OSError(errno.EDQUOT, "Disk quota exceeded")) == ""
+    h5py_style = OSError(28, "Unable to synchronously create file (unable to open file: "
+                         "name = '/r/backup/.tmp-step-000000035.weights.h5', errno = 28, "
+                         "error message = 'No space left on device', flags = 13)")
+    try:
+        try:
+            raise h5py_style
+        except OSError as error:
+            raise RuntimeError("saving the backup failed") from error
+    except RuntimeError as wrapped:  # Keras-style wrapping: the cause is followed
+        assert full_disk_path(wrapped) == "/r/backup/.tmp-step-000000035.weights.h5"
+    # TensorFlow's errors are no OSError: the message tells.
+    assert full_disk_path(RuntimeError("/r/events: No space left on device")) == ""
+    assert full_disk_path(OSError(errno.EACCES, "Permission denied", "/r/a.csv")) is None
+    assert full_disk_path(ValueError("bad")) is None

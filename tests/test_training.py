@@ -360,6 +360,59 @@ def test_a_truncated_gzip_corpus_is_exit_2_naming_the_file(tmp_path):
     assert not (tmp_path / "run" / "model.keras").exists()
 
 
+# Loaded at start-up by the training subprocess (PYTHONPATH): h5py's file creation fails as on
+# a full disk (h5py's own OSError: errno 28, the name only in its message) from the Nth
+# .weights.h5 the run writes on.
+FULL_DISK_AFTER = """
+import os
+import h5py
+
+_File = h5py.File
+_written = []
+
+
+def File(name, mode="r", *args, **kwargs):
+    path = os.fspath(name) if isinstance(name, (str, os.PathLike)) else ""
+    if path.endswith(".weights.h5") and mode == "w":
+        _written.append(path)
+        if len(_written) >= int(os.environ["FULL_DISK_AFTER"]):
+            raise OSError(28, "Unable to synchronously create file (unable to open file: "
+                          f"name = '{path}', errno = 28, error message = 'No space left on "
+                          "device', flags = 13, o_flags = 242)")
+    return _File(name, mode, *args, **kwargs)
+
+
+h5py.File = File
+"""
+
+
+def test_a_full_disk_ends_the_run_in_one_line_and_the_rerun_resumes(tmp_path):
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(FULL_DISK_AFTER)
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "tfformer.cli.train", "--out", str(out), *SMALL,
+               "--steps", "6", "--steps-per-epoch", "2", "--backup-every", "1"]
+    full = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env(
+        PYTHONPATH=os.pathsep.join([str(inject), ROOT]), FULL_DISK_AFTER="3"))
+    assert full.returncode == 1, full.stderr[-3000:]
+    assert "Traceback" not in full.stderr
+    errors = [line for line in full.stderr.splitlines() if "no space left on device" in line]
+    assert len(errors) == 1, full.stderr[-3000:]
+    assert f"{out}/backup/.tmp-step-" in errors[0] and ".weights.h5: no space left" in errors[0]
+    assert "run the same command again to resume" in errors[0]
+
+    rerun = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env())
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    # Resumed from the backup written before the disk filled (initial weights, step 1, then
+    # the write that failed), not from the start.
+    assert "starting at step 1 of 6" in rerun.stderr, rerun.stderr[-3000:]
+    model = keras.models.load_model(out / "model.keras")
+    assert int(model.optimizer.iterations) == 6
+    with open(out / "metrics.csv") as f:
+        assert [int(row["step"]) for row in csv.DictReader(f)] == [2, 4, 6]
+
+
 def test_max_minutes_ends_the_run_early_and_saves_the_model(tmp_path):
     out = tmp_path / "run"
     result = subprocess.run(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 from typing import Any, Callable
 
 TMP_PREFIX = ".tmp-"
@@ -51,3 +53,29 @@ def remove_temporaries(directory: str) -> list[str]:
                 os.remove(os.path.join(directory, name))
                 removed.append(name)
     return removed
+
+
+_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+_FULL_MESSAGES = ("No space left on device", "Disk quota exceeded")
+
+
+def full_disk_path(error: BaseException) -> str | None:
+    """The file a write failed on because its disk (or quota) was full; "" when the error does
+    not name it; None when `error` is something else.
+
+    Follows the exception's causes, and reads the name from h5py's message ("Unable to
+    synchronously create file (unable to open file: name = 'PATH', errno = 28, ...)"), whose
+    OSError has no `filename`.
+    """
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        text = str(error)
+        if ((isinstance(error, OSError) and error.errno in _FULL_ERRNOS)
+                or any(message in text for message in _FULL_MESSAGES)):
+            if isinstance(error, OSError) and error.filename:
+                return os.fsdecode(error.filename)
+            named = re.search(r"name = '([^']*)'", text)
+            return named.group(1) if named else ""
+        error = error.__cause__ or error.__context__
+    return None

@@ -149,6 +149,15 @@ def main(argv=None) -> int:
     except run.TrainingStopped as error:
         logger.error("%s", error)
         return 1
+    except Exception as error:  # noqa: BLE001 (a full disk is named in one line; others raise)
+        from tfformer.files import full_disk_path
+
+        path = full_disk_path(error)
+        if path is None:
+            raise
+        logger.error("%sno space left on device. Finished work is kept: free some space and run "
+                     "the same command again to resume.", f"{path}: " if path else "")
+        return 1
     if result.dev_pairs and result.run_dir.path == args.out:
         print_samples(result)
     return 0
