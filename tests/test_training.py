@@ -387,12 +387,15 @@ h5py.File = File
 
 
 def test_a_full_disk_ends_the_run_in_one_line_and_the_rerun_resumes(tmp_path):
+    """...and the resumed run goes on with the data order where it stopped: without dropout it
+    ends with the weights of a run that was never interrupted."""
     inject = tmp_path / "inject"
     inject.mkdir()
     (inject / "sitecustomize.py").write_text(FULL_DISK_AFTER)
     out = tmp_path / "run"
     command = [sys.executable, "-m", "tfformer.cli.train", "--out", str(out), *SMALL,
-               "--steps", "6", "--steps-per-epoch", "2", "--backup-every", "1"]
+               "--set", "dropout=0", "--steps", "6", "--steps-per-epoch", "2",
+               "--backup-every", "1"]
     full = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env(
         PYTHONPATH=os.pathsep.join([str(inject), ROOT]), FULL_DISK_AFTER="3"))
     assert full.returncode == 1, full.stderr[-3000:]
@@ -407,10 +410,20 @@ def test_a_full_disk_ends_the_run_in_one_line_and_the_rerun_resumes(tmp_path):
     # Resumed from the backup written before the disk filled (initial weights, step 1, then
     # the write that failed), not from the start.
     assert "starting at step 1 of 6" in rerun.stderr, rerun.stderr[-3000:]
+    assert "skipping the 1 batch(es) trained on before this resume" in rerun.stderr
     model = keras.models.load_model(out / "model.keras")
     assert int(model.optimizer.iterations) == 6
     with open(out / "metrics.csv") as f:
         assert [int(row["step"]) for row in csv.DictReader(f)] == [2, 4, 6]
+
+    whole = tmp_path / "whole"
+    command[command.index("--out") + 1] = str(whole)
+    assert subprocess.run(command, capture_output=True, timeout=300, env=env()).returncode == 0
+    uninterrupted = keras.models.load_model(whole / "model.keras")
+    for resumed, straight in zip(model.weights, uninterrupted.weights, strict=True):
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(resumed),
+                                   keras.ops.convert_to_numpy(straight), atol=1e-6,
+                                   err_msg=resumed.path)
 
 
 def test_max_minutes_ends_the_run_early_and_saves_the_model(tmp_path):

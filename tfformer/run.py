@@ -12,6 +12,7 @@ Keras user calls them the same way:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -287,10 +288,12 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
     counters, batch_stats = Counters(), BatchStats()
     compiled = settings.jit or backend != "tensorflow"  # JAX compiles every step
     bucket_growth = settings.bucket_growth or default_growth(compiled)
-    # A resumed run reshuffles with another seed; the same seed would replay the first batches.
-    train_data = run_data.training_batches(
-        data, batch_tokens=settings.batch_tokens, max_length=config.max_length,
-        seed=settings.seed + run_state.step, skip_bad_lines=settings.skip_bad_lines,
+    # The same seed on every start, the batches trained on skipped: a resumed run goes on with
+    # the data order where it stopped.
+    train_data = functools.partial(
+        run_data.training_batches, data, batch_tokens=settings.batch_tokens,
+        max_length=config.max_length, seed=settings.seed,
+        skip_bad_lines=settings.skip_bad_lines,
         batch_multiple=replicas, bucket_growth=bucket_growth,
         num_workers=num_workers, worker_index=worker_index,
         shuffle_buffer_size=settings.shuffle_buffer, counters=counters, stats=batch_stats)

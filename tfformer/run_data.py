@@ -122,8 +122,9 @@ def prepare(run: RunDir, *, chief: bool, data: str, skip_bad_lines: bool, seed: 
     return RunData(corpus, tokenizer, dev)
 
 
-def training_batches(data: RunData, *, batch_tokens: int, max_length: int, seed: int,
-                     skip_bad_lines: bool = False, batch_multiple: int = 1,
+def training_batches(data: RunData, trained_batches: int = 0, *, batch_tokens: int,
+                     max_length: int, seed: int, skip_bad_lines: bool = False,
+                     batch_multiple: int = 1,
                      bucket_growth: float = DEFAULT_BUCKET_GROWTH,
                      num_workers: int = 1, worker_index: int = 0,
                      shuffle_buffer_size: int = 100_000,
@@ -131,7 +132,13 @@ def training_batches(data: RunData, *, batch_tokens: int, max_length: int, seed:
                      stats: BatchStats | None = None) -> tf.data.Dataset:
     """The endless training batches of this worker: its shard of the files (or lines),
     shuffled by file and in a bounded buffer, tokenized and bucketed in the graph into the
-    shapes of the bucket grid (counted in `stats`)."""
+    shapes of the bucket grid (counted in `stats`).
+
+    The order depends on `seed` alone. A resumed run passes the `trained_batches` it trained
+    on: they are read again and skipped, not trained on, so the run goes on where it stopped
+    (`stats` and `counters` count them too). Build the stream anew for each start: a second
+    iterator of the same dataset would see another shuffle.
+    """
     pairs = data.corpus.train_pairs(
         skip_bad_lines=skip_bad_lines, counters=counters, shuffle_files=True, seed=seed,
         repeat=True, num_shards=num_workers, shard_index=worker_index)
@@ -146,6 +153,10 @@ def training_batches(data: RunData, *, batch_tokens: int, max_length: int, seed:
         options.experimental_distribute.auto_shard_policy = (
             tf.data.experimental.AutoShardPolicy.OFF)
         batches = batches.with_options(options)
+    if trained_batches:
+        logger.info("data: skipping the %d batch(es) trained on before this resume",
+                    trained_batches)
+        batches = batches.skip(trained_batches)
     return batches
 
 

@@ -52,9 +52,11 @@ def fit_resumable(model: Transformer, train_data, *, run_state: "RunState", tota
 
     Args:
         model: a compiled Transformer (under its strategy's scope).
-        train_data: an endless dataset of training batches (make_dataset(repeat=True)). After a
-            resume it should be shuffled with another seed (e.g. seed + run_state.step), or the
-            run would see the same first batches again.
+        train_data: a function of the number of batches already trained on that returns the
+            endless training batches from there on (`run_data.training_batches` with
+            `trained_batches`): a resumed run then goes on with the data order where it
+            stopped. Or one endless dataset (make_dataset(repeat=True)), which a resumed run
+            reads from its start.
         run_state: the run's RunState; it is put last among the callbacks.
         total_steps: optimizer updates to reach.
         steps_per_epoch: batches per epoch; a multiple of the gradient accumulation.
@@ -75,13 +77,17 @@ def fit_resumable(model: Transformer, train_data, *, run_state: "RunState", tota
                          f"the gradient accumulation ({accumulation})")
     updates_per_epoch = steps_per_epoch // accumulation
     step = run_state.restore(model)
+
+    def batches_from(step: int):
+        return train_data(step * accumulation) if callable(train_data) else train_data
+
     epochs = math.ceil(total_steps / updates_per_epoch)
     epoch, done_in_epoch = divmod(step, updates_per_epoch)
     fit_kwargs = dict(validation_data=validation_data, verbose=verbose, shuffle=False,
                       callbacks=[StopAtStep(total_steps), *callbacks, run_state])
     if step < total_steps and done_in_epoch:
         # Finish the epoch the backup was taken in, so that epochs keep their true steps.
-        model.fit(train_data, initial_epoch=epoch, epochs=epoch + 1,
+        model.fit(batches_from(step), initial_epoch=epoch, epochs=epoch + 1,
                   steps_per_epoch=(updates_per_epoch - done_in_epoch) * accumulation,
                   **fit_kwargs)
         epoch += 1
@@ -89,6 +95,8 @@ def fit_resumable(model: Transformer, train_data, *, run_state: "RunState", tota
             return optimizer_step(model)
         step = optimizer_step(model)
     if step < total_steps:
-        model.fit(train_data, initial_epoch=epoch, epochs=epochs, steps_per_epoch=steps_per_epoch,
-                  **fit_kwargs)
+        # A new stream from the step reached: fit() would read a dataset from its start again,
+        # reshuffled (tf.data reshuffles each new iterator of a dataset).
+        model.fit(batches_from(step), initial_epoch=epoch, epochs=epochs,
+                  steps_per_epoch=steps_per_epoch, **fit_kwargs)
     return optimizer_step(model)
