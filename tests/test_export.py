@@ -207,5 +207,6 @@ def test_export_program_picks_the_next_version(run_dir, tmp_path, capsys):
     assert [r["version"] for r in reports] == [1, 2]
 
 
-def test_export_program_names_a_missing_run_file(tmp_path):
-    assert export_main([str(tmp_path), "--model-base-path", str(tmp_path / "m")]) == 1
+def test_export_program_names_a_missing_run_file(tmp_path, caplog):
+    assert export_main([str(tmp_path), "--model-base-path", str(tmp_path / "m")]) == 2  # input
+    assert str(tmp_path) in caplog.text

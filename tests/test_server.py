@@ -530,6 +530,15 @@ def test_server_program_applies_its_flags_and_swaps_in_a_version_renamed_into_pl
         assert process.wait(timeout=20) == 0
 
 
+def test_server_program_exits_2_on_a_model_base_path_without_versions(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "tfformer.cli.serve", "--model-base-path", str(tmp_path / "nope"),
+         "--port", "0"],
+        cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert f"no version directory (e.g. {tmp_path / 'nope' / '1'})" in result.stderr
+
+
 def test_server_program_exits_1_when_its_only_version_fails_to_load(tmp_path):
     base = tmp_path / MODEL
     (base / "1").mkdir(parents=True)
@@ -577,7 +586,7 @@ def test_cli_saved_model_mode_takes_a_version_dir_or_the_highest_version(model_b
     assert capsys.readouterr().out == "hello world\n"
     assert translate_cli.main(["--saved-model", str(model_base), "--scores", "hola mundo"]) == 0
     assert capsys.readouterr().out == "-10\tv2:hello world\n"
-    assert translate_cli.main(["--saved-model", str(model_base / "nope"), "hola"]) == 1
+    assert translate_cli.main(["--saved-model", str(model_base / "nope"), "hola"]) == 2
     assert "neither a SavedModel directory nor a model base path" in capsys.readouterr().err
 
 
@@ -592,11 +601,11 @@ def test_cli_unreachable_server_exits_non_zero_with_a_clear_message():
     assert f"tfformer-translate: error: UNAVAILABLE from 127.0.0.1:{port}" in result.stderr
 
 
-def test_cli_server_side_rejection_exits_non_zero(handle, capsys):
-    assert translate_cli.main(["--server", handle.address, "x" * 1001]) == 1
+def test_cli_server_side_rejection_is_bad_input_exit_2(handle, capsys):
+    assert translate_cli.main(["--server", handle.address, "x" * 1001]) == 2
     err = capsys.readouterr().err
     assert "INVALID_ARGUMENT" in err and "exceeds the maximum of 1000" in err
-    assert translate_cli.main(["--server", handle.address, "--model", "nope", "hola"]) == 1
+    assert translate_cli.main(["--server", handle.address, "--model", "nope", "hola"]) == 2
     assert "NOT_FOUND" in capsys.readouterr().err
 
 

@@ -486,7 +486,7 @@ def test_average_program_writes_the_mean_of_the_last_checkpoints(tmp_path):
     averaged = keras.models.load_model(tmp_path / "model-avg2.keras")
     for got, first, second in zip(averaged.get_weights(), saved[1], saved[2]):
         np.testing.assert_allclose(got, (first + second) / 2, rtol=1e-6, atol=1e-7)
-    assert average_main([str(tmp_path / "nothing")]) == 1
+    assert average_main([str(tmp_path / "nothing")]) == 2  # bad input: no such run
 
 
 def test_tfds_without_the_package_is_a_clear_error(tmp_path):

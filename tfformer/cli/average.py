@@ -4,6 +4,7 @@
 
 The result is a `.keras` model like the run's model.keras; export it by pointing
 tfformer-export at a run dir whose model.keras it is (or pass --out RUN_DIR/model.keras).
+A run without checkpoints, or with fewer than K, exits 2.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ def main(argv=None) -> int:
 
     try:
         run.average(args.run_dir, last=args.last, out=args.out)
-    except FileNotFoundError as error:
+    except (FileNotFoundError, ValueError) as error:  # no such run, too few checkpoints
         logger.error("%s", error)
-        return 1
+        return 2
     return 0
 
 

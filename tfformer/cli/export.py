@@ -4,8 +4,9 @@
 
 writes models/tfformer/1/{saved_model.pb, variables/, assets/}, then checks that every op is
 one stock TF Serving has and that a fresh process (tensorflow + tensorflow_text only) translates
-sample sentences exactly as the in-memory Translator does. A failed check exits non-zero and
-leaves no version directory behind for TF Serving to load.
+sample sentences exactly as the in-memory Translator does. A failed check exits 1 and leaves
+no version directory behind for TF Serving to load; bad input (no such run, a version that
+exists, a bad value) exits 2.
 """
 
 from __future__ import annotations
@@ -51,7 +52,10 @@ def main(argv=None) -> int:
                             beam_size=args.beam_size, length_penalty=args.length_penalty,
                             max_output_extra=args.max_output_extra,
                             check_sentences=args.check_sentences)
-    except (ExportError, FileNotFoundError, FileExistsError, ValueError) as error:
+    except (FileNotFoundError, FileExistsError, ValueError) as error:  # what was asked for
+        logger.error("%s", error)
+        return 2
+    except ExportError as error:  # the export failed its own checks
         logger.error("%s", error)
         return 1
     print(json.dumps({"export_dir": result.export_dir, "version": result.version,

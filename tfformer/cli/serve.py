@@ -1,5 +1,8 @@
 """tfformer-serve: serve a model base path over TF Serving's gRPC API (a local stand-in for
-tensorflow_model_server), until SIGTERM or SIGINT."""
+tensorflow_model_server), until SIGTERM or SIGINT.
+
+Exit status: 2 for bad input (a flag out of range, no such model base path); 1 when serving
+fails at run time (no version loads, the port is taken)."""
 
 from __future__ import annotations
 
@@ -70,6 +73,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             args.model_base_path, args.model_name, args.host, args.port,
             poll_seconds=args.poll_seconds, workers=args.workers,
             max_batch_size=args.max_batch_size, max_input_chars=args.max_input_chars)
+    except FileNotFoundError as error:
+        logger.error("%s", error)
+        return 2
     except (OSError, RuntimeError) as error:
         logger.error("%s", error)
         return 1

@@ -1,6 +1,10 @@
 """tfformer-translate: translate with the exported model over TF Serving's gRPC API, or in
 process with --saved-model. Sentences come from the arguments or, when there are none, one per
-line from stdin; translations go to stdout one per line, in order."""
+line from stdin; translations go to stdout one per line, in order.
+
+Exit status: 0; 2 for bad input (a sentence the model refuses, an unknown model, signature or
+SavedModel path, invalid UTF-8); 1 when the translation fails at run time (server unreachable,
+a deadline exceeded)."""
 
 from __future__ import annotations
 
@@ -22,6 +26,9 @@ from tfformer.serving.client import (
     translate,
     translate_saved_model,
 )
+
+# gRPC codes of a request refused for what it asked: exit 2, as for any bad input.
+REFUSED_REQUEST = ("INVALID_ARGUMENT", "NOT_FOUND", "FAILED_PRECONDITION")
 
 
 def _stdin_lines() -> Iterator[str]:
@@ -108,10 +115,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         code = error.code.name if error.code else "BAD_RESPONSE"
         where = "" if args.saved_model else f" from {args.server}"
         print(f"{prog}: error: {code}{where}: {error.details}", file=sys.stderr)
-        return 1
-    except (OSError, ValueError, KeyError) as error:
+        # The request was refused (a bad sentence, an unknown model or signature): bad input.
+        return 2 if code in REFUSED_REQUEST else 1
+    except (FileNotFoundError, ValueError, KeyError) as error:  # no such model or signature
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
         print(f"{prog}: error: {message}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
         return 1
     except Exception as error:  # noqa: BLE001 - e.g. tf.errors.OpError from the in-process model
         print(f"{prog}: error: {type(error).__name__}: {error}", file=sys.stderr)
