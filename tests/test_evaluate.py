@@ -59,6 +59,16 @@ def test_a_malformed_test_line_is_named(tmp_path):
     assert evaluate_main(["nowhere", "--data", str(bad)]) == 2
 
 
+def test_the_test_set_takes_the_train_spec_form_too(tmp_path):
+    path = tmp_path / "test.tsv"
+    path.write_text("hola\thello\nadiós\tbye\n")
+    assert read_test_set(f"tsv:{path}")[:2] == read_test_set(str(path))[:2] \
+        == (["hola", "adiós"], ["hello", "bye"])
+    with pytest.raises(ValueError, match="a test set is one file: tsv:FILE"):
+        read_test_set(f"tsv:{path},{path}")
+    assert evaluate_main(["nowhere", "--data", f"tsv:{path},{path}"]) == 2
+
+
 @pytest.fixture(scope="module")
 def run_and_export(tmp_path_factory):
     keras.utils.set_random_seed(5)  # before the tokenizer's tf-text resource exists

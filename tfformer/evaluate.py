@@ -65,10 +65,15 @@ def translate_in_length_order(translate: TranslateBatch, sources: Sequence[str],
 
 def read_test_set(tsv: str | None = None, source_file: str | None = None,
                   reference_file: str | None = None) -> tuple[list[str], list[str], str]:
-    """(sources, references, description) from a TSV file or from a source and a reference
-    file (one sentence per line). A malformed TSV line is an error naming file and line."""
+    """(sources, references, description) from a TSV file (FILE, or `tsv:FILE` as tfformer-train's
+    --data writes it) or from a source and a reference file (one sentence per line). A malformed
+    TSV line is an error naming file and line."""
     if tsv and (source_file or reference_file):
         raise ValueError("give a TSV file or source and reference files, not both")
+    if tsv and tsv.startswith("tsv:"):
+        tsv = tsv[len("tsv:"):]
+        if "," in tsv or "+" in tsv:
+            raise ValueError(f"a test set is one file: tsv:FILE, got tsv:{tsv}")
     if tsv:
         text = read_tsv(tsv)
         return [s for s, _ in text.pairs], [t for _, t in text.pairs], tsv

@@ -16,14 +16,17 @@ import logging
 import os
 import sys
 
+from tfformer.cli.help import DefaultsOnceFormatter
+
 logger = logging.getLogger("tfformer.cli.evaluate")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="tfformer-evaluate", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                     formatter_class=DefaultsOnceFormatter)
     parser.add_argument("model", help="a run dir, a SavedModel version dir or a model base path")
-    parser.add_argument("--data", default=None, help="test set: a source<TAB>reference TSV file")
+    parser.add_argument("--data", default=None,
+                        help="test set: a source<TAB>reference TSV file (FILE or tsv:FILE)")
     parser.add_argument("--src", default=None, help="source sentences, one per line")
     parser.add_argument("--ref", default=None, help="reference translations, one per line")
     parser.add_argument("--checkpoint", default=None, help="a run's .weights.h5 to evaluate")
@@ -31,8 +34,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="evaluate the average of the run's last K checkpoints (§6.1)")
     parser.add_argument("--beam-size", type=int, default=None, help="1 = greedy (default 4)")
     parser.add_argument("--length-penalty", type=float, default=None, help="alpha (default 0.6)")
-    parser.add_argument("--max-output-extra", type=int, default=None, help="default 50")
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--max-output-extra", type=int, default=None,
+                        help="output tokens allowed beyond the source's length (default 50)")
+    parser.add_argument("--batch-size", type=int, default=32, help="sentences per call")
     parser.add_argument("--out", default=None, help="directory for hypotheses.txt + report.json")
     return parser.parse_args(argv)
 

@@ -17,11 +17,13 @@ import logging
 import os
 import sys
 
+from tfformer.cli.help import DefaultsOnceFormatter
+
 logger = logging.getLogger("tfformer.cli.export")
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="tfformer-export", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                     formatter_class=DefaultsOnceFormatter)
     parser.add_argument("run_dir", help="training run dir holding model.keras + tokenizer.model")
     parser.add_argument("--model-base-path", default="models")
     parser.add_argument("--name", default="tfformer")

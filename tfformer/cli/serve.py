@@ -13,15 +13,15 @@ import sys
 import threading
 from typing import Optional, Sequence
 
-from tfformer.serving.requests import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_INPUT_CHARS
-from tfformer.serving.server import (
+from tfformer.serving.defaults import (
     DEFAULT_GRACE_SECONDS,
     DEFAULT_HOST,
+    DEFAULT_MAX_BATCH_SIZE,
+    DEFAULT_MAX_INPUT_CHARS,
+    DEFAULT_POLL_SECONDS,
     DEFAULT_PORT,
     DEFAULT_WORKERS,
-    start_server,
 )
-from tfformer.serving.versions import DEFAULT_POLL_SECONDS
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +68,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if value < 1:
             logger.error("%s must be at least 1, got %d", flag, value)
             return 2
+    from tfformer.serving.server import start_server  # TensorFlow: not for --help
+
     try:
         handle = start_server(
             args.model_base_path, args.model_name, args.host, args.port,

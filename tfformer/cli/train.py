@@ -19,6 +19,8 @@ import logging
 import os
 import sys
 
+from tfformer.cli.help import DefaultsOnceFormatter
+
 logger = logging.getLogger("tfformer.cli.train")
 
 DEFAULT_OUT = os.path.join("runs", "tiny-builtin")
@@ -27,7 +29,7 @@ DEFAULT_OUT = os.path.join("runs", "tiny-builtin")
 def parse_args(argv=None, recipe: str | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="tfformer-train", description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=DefaultsOnceFormatter)
     parser.add_argument("--recipe", default=None, metavar="JSON",
                         help="a recipe (training/configs/*.json): config, overrides and "
                              "training settings, as defaults for the other flags")

@@ -13,18 +13,12 @@ import logging
 import sys
 from typing import Iterable, Iterator, Optional, Sequence
 
-import grpc
-
 from tfformer.contract import DEFAULT_SIGNATURE
-from tfformer.serving.client import (
+from tfformer.serving.defaults import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_MODEL,
     DEFAULT_SERVER,
     DEFAULT_TIMEOUT,
-    TranslationError,
-    load_saved_model,
-    translate,
-    translate_saved_model,
 )
 
 # gRPC codes of a request refused for what it asked: exit 2, as for any bad input.
@@ -89,6 +83,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error("--batch-size must be at least 1")
     prog = parser.prog
     lines = iter(args.sentences) if args.sentences else _stdin_lines()
+
+    # gRPC and TF Serving's protos (which load TensorFlow): not for --help.
+    import grpc
+
+    from tfformer.serving.client import (
+        TranslationError,
+        load_saved_model,
+        translate,
+        translate_saved_model,
+    )
 
     channel = None
     try:

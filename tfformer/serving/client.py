@@ -19,7 +19,6 @@ import grpc
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
 from tfformer.contract import (
-    DEFAULT_MODEL_NAME,
     DEFAULT_SIGNATURE,
     INPUT_NAME,
     OUTPUT_SCORES,
@@ -27,13 +26,15 @@ from tfformer.contract import (
     has_saved_model,
     list_versions,
 )
+from tfformer.serving.defaults import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_MODEL,
+    DEFAULT_SERVER,
+    DEFAULT_TIMEOUT,
+)
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_SERVER = "127.0.0.1:8500"
-DEFAULT_MODEL = DEFAULT_MODEL_NAME
-DEFAULT_TIMEOUT = 10.0
-DEFAULT_BATCH_SIZE = 32  # at most the local server's default --max-batch-size (64)
 
 
 @dataclasses.dataclass(frozen=True)

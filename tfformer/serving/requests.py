@@ -13,8 +13,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import types_pb2
 
-DEFAULT_MAX_BATCH_SIZE = 64
-DEFAULT_MAX_INPUT_CHARS = 1000
+from tfformer.serving.defaults import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_INPUT_CHARS
 
 # tf.errors codes are the canonical status codes, numbered like gRPC's.
 GRPC_CODE_BY_NUMBER = {code.value[0]: code for code in grpc.StatusCode}

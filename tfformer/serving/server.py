@@ -19,24 +19,20 @@ import grpc
 from tensorflow_serving.apis import model_service_pb2_grpc, prediction_service_pb2_grpc
 
 from tfformer.contract import list_versions
-from tfformer.serving.requests import (
+from tfformer.serving.defaults import (
+    DEFAULT_GRACE_SECONDS,
+    DEFAULT_HOST,
     DEFAULT_MAX_BATCH_SIZE,
     DEFAULT_MAX_INPUT_CHARS,
-    RequestValidator,
-)
-from tfformer.serving.service import ModelStatusServicer, PredictionServicer
-from tfformer.serving.versions import (
     DEFAULT_POLL_SECONDS,
-    ModelVersionManager,
-    import_tensorflow_text,
+    DEFAULT_WORKERS,
 )
+from tfformer.serving.requests import RequestValidator
+from tfformer.serving.service import ModelStatusServicer, PredictionServicer
+from tfformer.serving.versions import ModelVersionManager, import_tensorflow_text
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8500
-DEFAULT_WORKERS = 8
-DEFAULT_GRACE_SECONDS = 10.0
 
 
 def _address(host: str, port: int) -> str:

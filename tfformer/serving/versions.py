@@ -18,11 +18,11 @@ from google.protobuf import text_format
 from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 
 from tfformer.contract import list_versions
+from tfformer.serving.defaults import DEFAULT_POLL_SECONDS
 
 logger = logging.getLogger(__name__)
 
 INIT_OP_SIGNATURE = "__saved_model_init_op"
-DEFAULT_POLL_SECONDS = 1.0
 
 
 def read_signature_defs(saved_model_dir: str) -> dict[str, meta_graph_pb2.SignatureDef]:
