@@ -49,3 +49,16 @@ def test_help_answers_without_tensorflow_and_shows_each_default_once(name, modul
     for option in re.split(r"\n  (?=-)", text):
         assert len(re.findall(r"\(default", option)) <= 1, option
         assert "(default: None)" not in option, option
+
+
+def test_every_training_setting_has_a_flag_whose_default_is_the_dataclass_default():
+    import dataclasses
+
+    from tfformer.cli.train import parse_args
+    from tfformer.run import TrainSettings
+
+    args = parse_args([])
+    for field in dataclasses.fields(TrainSettings):
+        assert hasattr(args, field.name), f"no --{field.name.replace('_', '-')} flag"
+        assert getattr(args, field.name) == field.default, field.name
+    assert args.settings == TrainSettings()
