@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
+
+from tfformer.cli.console import start_logging
 
 logger = logging.getLogger("tfformer.average")
 
@@ -24,8 +25,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None,
                         help="output .keras file (default: RUN_DIR/model-avgK.keras)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    start_logging()
     if args.last < 1:
         parser.error("--last must be >= 1")
 

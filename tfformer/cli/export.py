@@ -14,10 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 
-from tfformer.cli.help import DefaultsOnceFormatter
+from tfformer.cli.console import DefaultsOnceFormatter, start_logging
 
 logger = logging.getLogger("tfformer.cli.export")
 
@@ -44,8 +43,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    start_logging()
     from tfformer import run
     from tfformer.export import ExportError
 

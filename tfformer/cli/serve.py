@@ -13,6 +13,7 @@ import sys
 import threading
 from typing import Optional, Sequence
 
+from tfformer.cli.console import start_logging
 from tfformer.serving.defaults import (
     DEFAULT_GRACE_SECONDS,
     DEFAULT_HOST,
@@ -61,8 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    start_logging(args.log_level, "%(asctime)s %(levelname)s %(name)s: %(message)s")
     for flag, value in (("--workers", args.workers), ("--max-batch-size", args.max_batch_size),
                         ("--max-input-chars", args.max_input_chars)):
         if value < 1:

@@ -20,7 +20,7 @@ import os
 import sys
 
 from tfformer.backends import BACKENDS
-from tfformer.cli.help import DefaultsOnceFormatter
+from tfformer.cli.console import DefaultsOnceFormatter, start_logging
 from tfformer.precision import CHOICES as PRECISIONS
 from tfformer.run import TrainSettings  # no TensorFlow: --help stays quick
 
@@ -151,8 +151,7 @@ def main(argv=None) -> int:
     if args.recipe:
         # The recipe gives the defaults; flags given on the command line override them.
         args = parse_args(argv, recipe=args.recipe)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    start_logging()
     from tfformer import run
 
     try:

@@ -13,6 +13,7 @@ import logging
 import sys
 from typing import Iterable, Iterator, Optional, Sequence
 
+from tfformer.cli.console import start_logging
 from tfformer.contract import DEFAULT_SIGNATURE
 from tfformer.serving.defaults import (
     DEFAULT_BATCH_SIZE,
@@ -78,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    start_logging(logging.WARNING, "%(levelname)s %(name)s: %(message)s")
     if args.batch_size < 1:
         parser.error("--batch-size must be at least 1")
     prog = parser.prog

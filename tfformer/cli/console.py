@@ -1,8 +1,12 @@
-"""How the console scripts' --help shows defaults: once each, and only where there is one."""
+"""What every console script shares: how --help shows defaults, and the logging set-up."""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
+
+LOG_FORMAT = "%(asctime)s %(name)s: %(message)s"
 
 
 class DefaultsOnceFormatter(argparse.HelpFormatter):
@@ -15,3 +19,9 @@ class DefaultsOnceFormatter(argparse.HelpFormatter):
                 or "default" in text:
             return text
         return f"{text} (default: %(default)s)".strip()
+
+
+def start_logging(level: int | str = logging.INFO, log_format: str = LOG_FORMAT) -> None:
+    """The script's log lines on stderr; TensorFlow's C++ start-up lines kept out of them."""
+    logging.basicConfig(level=level, format=log_format)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
