@@ -21,6 +21,31 @@ def tiny_config():
                              dropout=0.1)
 
 
+@pytest.fixture(scope="session")
+def make_run_dir(tmp_path_factory):
+    """Writes a run dir as training leaves it: tokenizer.model (trained on `pairs` built-in
+    pairs) + model.keras (random weights of a TransformerConfig with `config`'s fields)."""
+
+    def make(*, seed: int, pairs: int, vocab_size: int, **config):
+        import keras
+
+        from tfformer import Transformer, TransformerConfig
+        from tfformer.builtin_corpus import builtin_pairs
+        from tfformer.tokenizer import Tokenizer
+
+        keras.utils.set_random_seed(seed)  # before the tokenizer's tf-text resource exists
+        directory = tmp_path_factory.mktemp("run")
+        tokenizer = Tokenizer.train([s for p in builtin_pairs("train", n=pairs) for s in p],
+                                    vocab_size)
+        tokenizer.save(directory / "tokenizer.model")
+        model = Transformer(TransformerConfig(vocab_size=tokenizer.vocab_size, **config))
+        model.build()
+        model.save(directory / "model.keras")
+        return directory
+
+    return make
+
+
 @pytest.fixture(scope="module")
 def search_model():
     """A random model whose EOS is likelier, so that hypotheses end at different lengths,

@@ -4,16 +4,13 @@ SavedModel scoring alike, bad test files named."""
 import json
 import os
 
-import keras
 import pytest
 
-from tfformer import Transformer, TransformerConfig
 from tfformer.builtin_corpus import builtin_pairs
 from tfformer.cli.evaluate import main as evaluate_main
 from tfformer.corpus import DataError
 from tfformer.evaluate import read_test_set, score, translate_in_length_order
 from tfformer.export import export_saved_model
-from tfformer.tokenizer import Tokenizer
 from tfformer.translator import load_translator
 
 REFERENCES = ["The three red dogs eat green apples.", "A sister visits the blue bridge.",
@@ -70,17 +67,9 @@ def test_the_test_set_takes_the_train_spec_form_too(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def run_and_export(tmp_path_factory):
-    keras.utils.set_random_seed(5)  # before the tokenizer's tf-text resource exists
-    run = tmp_path_factory.mktemp("run")
-    pairs = builtin_pairs("train", n=800)
-    tokenizer = Tokenizer.train([s for p in pairs for s in p], 200)
-    tokenizer.save(run / "tokenizer.model")
-    model = Transformer(TransformerConfig(vocab_size=tokenizer.vocab_size, d_model=16,
-                                          num_heads=2, d_ff=32, num_encoder_layers=1,
-                                          num_decoder_layers=1))
-    model.build()
-    model.save(run / "model.keras")
+def run_and_export(tmp_path_factory, make_run_dir):
+    run = make_run_dir(seed=5, pairs=800, vocab_size=200, d_model=16, num_heads=2, d_ff=32,
+                       num_encoder_layers=1, num_decoder_layers=1)
     models = tmp_path_factory.mktemp("models")
     export_saved_model(load_translator(run, beam_size=2, max_output_extra=6), models,
                        "tfformer", 1)

@@ -11,8 +11,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfformer import Transformer, TransformerConfig
-from tfformer.builtin_corpus import builtin_pairs
 from tfformer.cli.export import main as export_main
 from tfformer.export import (
     ExportError,
@@ -23,7 +21,6 @@ from tfformer.export import (
 )
 from tfformer.search import beam_search, greedy_search
 from tfformer.serving import client, server
-from tfformer.tokenizer import Tokenizer
 from tfformer.translator import load_translator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,19 +30,10 @@ SENTENCES = ["Los tres perros rojos comen manzanas verdes.", "Una hermana visita
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
+def run_dir(make_run_dir):
     """A run dir as training leaves it: tokenizer.model + model.keras (random weights)."""
-    keras.utils.set_random_seed(11)  # before the tokenizer's tf-text resource exists
-    directory = tmp_path_factory.mktemp("run")
-    pairs = builtin_pairs("train", n=2000)
-    tokenizer = Tokenizer.train([s for p in pairs for s in p], 300)
-    tokenizer.save(directory / "tokenizer.model")
-    config = TransformerConfig(vocab_size=tokenizer.vocab_size, d_model=32, num_heads=4,
-                               d_ff=64, num_encoder_layers=2, num_decoder_layers=2)
-    model = Transformer(config)
-    model.build()
-    model.save(directory / "model.keras")
-    return directory
+    return make_run_dir(seed=11, pairs=2000, vocab_size=300, d_model=32, num_heads=4, d_ff=64,
+                        num_encoder_layers=2, num_decoder_layers=2)
 
 
 @pytest.fixture(scope="module")
