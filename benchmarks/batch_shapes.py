@@ -164,7 +164,7 @@ def main(argv=None) -> int:
     if args.child:
         return child(args)
 
-    from tfformer.precision import cpu_flags
+    from tfformer.precision import matmul_flags
     from tfformer.tokenizer import Tokenizer
 
     spec = args.data or (
@@ -175,7 +175,7 @@ def main(argv=None) -> int:
     report = {"data": spec, "pairs": len(pairs), "vocab_size": tokenizer.vocab_size,
               "batch_tokens": args.batch_tokens, "max_length": 256,
               "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}",
-              "cpu_flags": sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16"}),
+              "cpu_flags": matmul_flags(),
               "command": " ".join([os.path.relpath(sys.executable, ROOT), *sys.argv]),
               "grid": [grid_report(pairs, tokenizer, float(g), args.batch_tokens, 256)
                        for g in args.growths.split(",")]}

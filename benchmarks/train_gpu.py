@@ -422,14 +422,15 @@ def run_torch(args, config) -> dict:
     sync()
     start = time.perf_counter()
     synchronized = args.warmup + args.steps
-    for i in range(synchronized + args.pipelined_steps):
+    total = synchronized + args.pipelined_steps
+    for i in range(total):
         loss = step(*batches[i % len(batches)])
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         schedule.step()
         losses.append(loss.detach())
-        if i < synchronized or i + 1 == synchronized + args.pipelined_steps:
+        if i < synchronized or i + 1 == total:
             sync()
             step_ends.append(time.perf_counter())
         if i + 1 == args.warmup and args.compile:
@@ -580,8 +581,7 @@ def run_keras(args, config, backend: str) -> dict:
             sync(logs)  # Keras has read the last step's logs: the device has finished
             self.end = time.perf_counter()
             if compilations is not None:
-                timer.compiled_at_end = compilations.count
-                timer.train_steps_at_end = compilations.train_steps
+                self.compiled, self.train_steps = compilations.count, compilations.train_steps
 
     if backend == "torch":
         import torch
@@ -610,9 +610,9 @@ def run_keras(args, config, backend: str) -> dict:
                                   "kind": "jax memory_stats peak_bytes_in_use"}
                                  if "peak_bytes_in_use" in stats else process_peak_rss())
         report["compilations"] = {
-            "count": timer.compiled_at_end,
+            "count": window.compiled,
             "kind": f"jax backend compilations ({compilations.event or 'backend_compile'})",
-            "in_timed_steps": timer.train_steps_at_end - timer.compiled_after_warmup,
+            "in_timed_steps": window.train_steps - timer.compiled_after_warmup,
             "functions": dict(compilations.functions.most_common(10)),
             "events": dict(compilations.events)}
         n = args.matmul_size or (8192 if report["device"] != "cpu" else 1024)

@@ -139,28 +139,25 @@ def main(argv=None) -> int:
 
     results = {"batch": BATCH, "length": LENGTH, "vocab": VOCAB, "threads": args.threads,
                "tensorflow": tf.__version__, "keras": keras.__version__,
-               "cpu_flags": sorted(precision.cpu_flags() & {
-                   "avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}),
+               "cpu_flags": precision.matmul_flags(),
                "command": " ".join(["python", *sys.argv])}
     config = get_preset("base", vocab_size=VOCAB)
     flops = training_flops()
     dtypes = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-    peaks = {name: matmul_peak(dtypes[name]) for name in args.precisions.split(",")}
+    precisions = args.precisions.split(",")
+    peaks = {name: matmul_peak(dtypes[name]) for name in precisions}
     results["matmul_peak_gflops"] = {name: round(peak / 1e9, 1) for name, peak in peaks.items()}
     results["training_gflops_per_step"] = round(flops / 1e9, 1)
-    for name in args.precisions.split(","):
-        key = "tfformer" if name == "fp32" else f"tfformer_{name}"
-        with precision.policy(None if name == "fp32" else name):
-            ours = compile_transformer(Transformer(config), optimizer=keras.optimizers.Adam())
-        results[key] = measure(ours, ours_data, args.steps, args.warmup, flops, peaks[name])
-        print(json.dumps({key: results[key]}), file=sys.stderr, flush=True)
-        if not args.skip_xla:
+    # Keras' default compile, then (unless --skip-xla) jit_compile=True, for each precision.
+    variants = [("", {})] + ([] if args.skip_xla else [("_xla", {"jit_compile": True})])
+    for name in precisions:
+        for suffix, compile_kwargs in variants:
+            key = ("tfformer" if name == "fp32" else f"tfformer_{name}") + suffix
             with precision.policy(None if name == "fp32" else name):
-                xla = compile_transformer(Transformer(config), optimizer=keras.optimizers.Adam(),
-                                          jit_compile=True)
-            results[f"{key}_xla"] = measure(xla, ours_data, args.steps, args.warmup, flops,
-                                            peaks[name])
-            print(json.dumps({f"{key}_xla": results[f"{key}_xla"]}), file=sys.stderr, flush=True)
+                model = compile_transformer(Transformer(config),
+                                            optimizer=keras.optimizers.Adam(), **compile_kwargs)
+            results[key] = measure(model, ours_data, args.steps, args.warmup, flops, peaks[name])
+            print(json.dumps({key: results[key]}), file=sys.stderr, flush=True)
     if "tfformer_xla" in results:
         results["xla_vs_default"] = round(
             results["tfformer_xla"]["target_tokens_per_second"]

@@ -19,6 +19,8 @@ from typing import Iterator
 POLICIES = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 CHOICES = ("auto", *POLICIES)
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+# The flags that set a CPU's matmul speed, named beside the measurements.
+MATMUL_CPU_FLAGS = ("avx2", "avx512f", *BF16_CPU_FLAGS, "amx_tile")
 
 
 def cpu_flags(path: str = "/proc/cpuinfo") -> set[str]:
@@ -31,6 +33,11 @@ def cpu_flags(path: str = "/proc/cpuinfo") -> set[str]:
     except OSError:
         pass
     return set()
+
+
+def matmul_flags(path: str = "/proc/cpuinfo") -> list[str]:
+    """Which of MATMUL_CPU_FLAGS this CPU has, sorted (what a benchmark reports)."""
+    return sorted(cpu_flags(path) & set(MATMUL_CPU_FLAGS))
 
 
 def has_accelerator() -> bool:
