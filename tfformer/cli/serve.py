@@ -1,5 +1,5 @@
-"""tfformer-serve: serve a model base path over TF Serving's gRPC API (a local stand-in for
-tensorflow_model_server), until SIGTERM or SIGINT.
+"""tfformer-serve: serve a model base path over TF Serving's gRPC API, and its REST API with
+--rest-api-port (a local stand-in for tensorflow_model_server), until SIGTERM or SIGINT.
 
 Exit status: 2 for bad input (a flag out of range, no such model base path); 1 when serving
 fails at run time (no version loads, the port is taken)."""
@@ -21,6 +21,7 @@ from tfformer.serving.defaults import (
     DEFAULT_MAX_INPUT_CHARS,
     DEFAULT_POLL_SECONDS,
     DEFAULT_PORT,
+    DEFAULT_REST_API_PORT,
     DEFAULT_WORKERS,
 )
 
@@ -30,8 +31,9 @@ logger = logging.getLogger(__name__)
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tfformer-serve",
-        description="Serve a TF Serving model base path over TF Serving's gRPC PredictionService "
-                    "(a local stand-in for tensorflow_model_server).")
+        description="Serve a TF Serving model base path over TF Serving's gRPC PredictionService, "
+                    "and its REST API with --rest-api-port (a local stand-in for "
+                    "tensorflow_model_server).")
     parser.add_argument("--model-base-path", required=True, metavar="DIR",
                         help="the BASE/NAME directory holding integer version subdirectories")
     parser.add_argument("--model-name", metavar="NAME",
@@ -41,6 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="address to bind (default %(default)s)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT,
                         help="gRPC port; 0 picks a free one, printed at start "
+                             "(default %(default)s)")
+    parser.add_argument("--rest-api-port", type=int, default=DEFAULT_REST_API_PORT,
+                        metavar="PORT",
+                        help="also serve TF Serving's REST API (POST /v1/models/NAME:predict, "
+                             "GET /v1/models/NAME[/metadata]) on this port; 0 turns it off "
                              "(default %(default)s)")
     parser.add_argument("--poll-seconds", type=float, default=DEFAULT_POLL_SECONDS,
                         help="how often to look for a new version; 0 disables "
@@ -68,13 +75,37 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if value < 1:
             logger.error("%s must be at least 1, got %d", flag, value)
             return 2
+    if not 0 <= args.rest_api_port <= 65535:
+        logger.error("--rest-api-port must be a port number (0: off), got %d", args.rest_api_port)
+        return 2
+    # Handlers first: a client that sends SIGTERM as soon as it reads "listening on" must get a
+    # clean stop (exit 0), not the default handler's death.
+    stop = threading.Event()
+
+    def on_signal(signum, _frame):
+        logger.info("Received %s: stopping (grace %.1f s)", signal.Signals(signum).name,
+                    args.grace_seconds)
+        stop.set()
+
+    previous = {signum: signal.signal(signum, on_signal)
+                for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return _serve(args, stop)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _serve(args: argparse.Namespace, stop: threading.Event) -> int:
+    """Starts the servers, prints where they listen, serves until `stop`; the exit status."""
     from tfformer.serving.server import start_server  # TensorFlow: not for --help
 
     try:
         handle = start_server(
             args.model_base_path, args.model_name, args.host, args.port,
             poll_seconds=args.poll_seconds, workers=args.workers,
-            max_batch_size=args.max_batch_size, max_input_chars=args.max_input_chars)
+            max_batch_size=args.max_batch_size, max_input_chars=args.max_input_chars,
+            rest_api_port=args.rest_api_port or None)
     except FileNotFoundError as error:
         logger.error("%s", error)
         return 2
@@ -83,16 +114,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     print(f"tfformer-serve: model {handle.manager.name!r} listening on {handle.address}",
           flush=True)
-
-    stop = threading.Event()
-
-    def on_signal(signum, _frame):
-        logger.info("Received %s: stopping (grace %.1f s)", signal.Signals(signum).name,
-                    args.grace_seconds)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    if handle.rest_address:
+        print(f"tfformer-serve: REST API listening on {handle.rest_address}", flush=True)
     while not stop.wait(0.5):
         pass
     handle.stop(grace=args.grace_seconds)

@@ -8,6 +8,7 @@ from tfformer.contract import DEFAULT_MODEL_NAME
 # The server (tfformer-serve, tfformer.serving.server).
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8500  # TF Serving's gRPC port
+DEFAULT_REST_API_PORT = 0  # off, as TF Serving's --rest_api_port (which is 8501 in its image)
 DEFAULT_WORKERS = 8
 DEFAULT_GRACE_SECONDS = 10.0
 DEFAULT_POLL_SECONDS = 1.0  # how often the model base path is scanned for new versions

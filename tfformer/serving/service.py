@@ -1,6 +1,7 @@
 """The gRPC servicers: `tensorflow.serving.PredictionService` and `ModelService.GetModelStatus`
 over one ModelVersionManager. They hold no model logic: they only call the SavedModel's
-signatures."""
+signatures. `PredictionServicer.predict`, `.model_metadata` and `model_status` answer with a
+response proto or raise ServingError, for the gRPC methods and the REST API (`rest`) alike."""
 
 from __future__ import annotations
 
@@ -31,6 +32,11 @@ logger = logging.getLogger(__name__)
 SIGNATURE_DEF_FIELD = "signature_def"
 
 
+def unimplemented(method: str) -> ServingError:
+    return ServingError(grpc.StatusCode.UNIMPLEMENTED,
+                        f"{method} is not implemented by the tfformer model server; use Predict")
+
+
 class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
     """``tensorflow.serving.PredictionService`` over a ModelVersionManager."""
 
@@ -41,22 +47,22 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
     # -- RPCs
 
     def Predict(self, request, context):
-        return self._call(self._predict, request, context)
+        return self._call(self.predict, request, context)
 
     def GetModelMetadata(self, request, context):
-        return self._call(self._get_model_metadata, request, context)
+        return self._call(self.model_metadata, request, context)
 
     def Classify(self, request, context):
-        context.abort(grpc.StatusCode.UNIMPLEMENTED,
-                      "Classify is not implemented by the tfformer model server; use Predict")
+        error = unimplemented("Classify")
+        context.abort(error.code, error.details)
 
     def Regress(self, request, context):
-        context.abort(grpc.StatusCode.UNIMPLEMENTED,
-                      "Regress is not implemented by the tfformer model server; use Predict")
+        error = unimplemented("Regress")
+        context.abort(error.code, error.details)
 
     def MultiInference(self, request, context):
-        context.abort(grpc.StatusCode.UNIMPLEMENTED,
-                      "MultiInference is not implemented by the tfformer model server; use Predict")
+        error = unimplemented("MultiInference")
+        context.abort(error.code, error.details)
 
     # -- implementation
 
@@ -84,7 +90,8 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
                                f"Servable not found for request: {servable_request(spec)}")
         return loaded
 
-    def _predict(self, request):
+    def predict(self, request):
+        """The PredictResponse to a PredictRequest (raises ServingError)."""
         if not request.HasField("model_spec"):
             raise ServingError(grpc.StatusCode.INVALID_ARGUMENT, "Missing ModelSpec")
         loaded = self.resolve(request.model_spec)
@@ -112,7 +119,8 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
             response.outputs[name].CopyFrom(to_tensor_proto(outputs[name].numpy()))
         return response
 
-    def _get_model_metadata(self, request):
+    def model_metadata(self, request):
+        """The GetModelMetadataResponse to a request (raises ServingError)."""
         if not request.HasField("model_spec"):
             raise ServingError(grpc.StatusCode.INVALID_ARGUMENT, "Missing ModelSpec")
         if not request.metadata_field:
@@ -141,15 +149,24 @@ class ModelStatusServicer(model_service_pb2_grpc.ModelServiceServicer):
         self.manager = manager
 
     def GetModelStatus(self, request, context):
-        spec = request.model_spec
-        loaded = self.manager.current
-        if spec.name != self.manager.name or loaded is None:
-            context.abort(grpc.StatusCode.NOT_FOUND,
-                          f"Could not find any versions of model {spec.name}")
-        if spec.HasField("version") and spec.version.value != loaded.version:
-            context.abort(grpc.StatusCode.NOT_FOUND,
-                          f"Could not find version {spec.version.value} of model {spec.name}")
-        response = get_model_status_pb2.GetModelStatusResponse()
-        response.model_version_status.add(
-            version=loaded.version, state=get_model_status_pb2.ModelVersionStatus.AVAILABLE)
-        return response
+        try:
+            return model_status(self.manager, request.model_spec)
+        except ServingError as error:
+            context.abort(error.code, error.details)
+
+
+def model_status(manager: ModelVersionManager,
+                 spec) -> get_model_status_pb2.GetModelStatusResponse:
+    """TF Serving's GetModelStatus answer for a ModelSpec (raises ServingError: NOT_FOUND)."""
+    loaded = manager.current
+    if spec.name != manager.name or loaded is None:
+        raise ServingError(grpc.StatusCode.NOT_FOUND,
+                           f"Could not find any versions of model {spec.name}")
+    if spec.HasField("version") and spec.version.value != loaded.version:
+        raise ServingError(grpc.StatusCode.NOT_FOUND,
+                           f"Could not find version {spec.version.value} of model {spec.name}")
+    response = get_model_status_pb2.GetModelStatusResponse()
+    status = response.model_version_status.add(
+        version=loaded.version, state=get_model_status_pb2.ModelVersionStatus.AVAILABLE)
+    status.status.SetInParent()  # error_code OK, error_message "", as TF Serving fills it
+    return response

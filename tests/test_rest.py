@@ -1,0 +1,319 @@
+"""TF Serving's REST API on the local server (tfformer.serving.rest, tfformer-serve
+--rest-api-port): each endpoint, both request formats, the same answers and errors as gRPC.
+
+Runs against tests/test_server.py's stand-in SavedModel (versions 1 and 2, serving 2), over
+urllib; all servers bind 127.0.0.1 on port 0 (or a free port for the program).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import signal
+import socket
+import threading
+import urllib.error
+import urllib.request
+from concurrent import futures
+
+import grpc
+import numpy as np
+import pytest
+from google.protobuf import json_format
+from tensorflow_serving.apis import get_model_metadata_pb2
+
+from tests import test_server
+from tests.test_server import (
+    MODEL,
+    free_port,
+    in_process,
+    predict_request,
+    rpc_error,
+    server_program,
+    texts_and_scores,
+)
+from tfformer.cli import serve as serve_cli
+from tfformer.serving import server
+from tfformer.serving.rest import array_to_json
+
+PREDICT = f"/v1/models/{MODEL}:predict"
+
+# The gRPC tests' fixtures: their stand-in model, and a gRPC stub on `handle` below.
+model_base = test_server.model_base
+stub = test_server.stub
+
+
+@pytest.fixture(scope="module")
+def handle(model_base):
+    running = server.start_server(str(model_base), MODEL, port=0, poll_seconds=0,
+                                  rest_api_port=0)
+    yield running
+    running.stop(grace=1)
+
+
+def call(address, path, body=None, method=None):
+    """(HTTP status, parsed JSON answer); ``body``: bytes as they are, else sent as JSON."""
+    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode("utf-8")
+    request = urllib.request.Request(f"http://{address}{path}", data=data, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.headers["Content-Type"] == "application/json"
+            return response.status, json.loads(response.read().decode("utf-8"))
+    except urllib.error.HTTPError as error:
+        assert error.headers["Content-Type"] == "application/json"
+        return error.code, json.loads(error.read().decode("utf-8"))
+
+
+def rest(handle, path, body=None, method=None):
+    return call(handle.rest_address, path, body, method)
+
+
+def assert_still_serving(handle):
+    assert rest(handle, PREDICT, {"instances": ["hola"]}) == (
+        200, {"predictions": [{"translations": "v2:hello", "scores": -4.0}]})
+
+
+# --------------------------------------------------------------------------------------------
+# Predict: both formats, equal to gRPC
+
+
+SENTENCES = ["hola mundo", "", "el gato  negro", "ñandú hola"]
+
+
+def test_row_format_equals_grpc_and_the_saved_model(handle, stub, model_base):
+    status, answer = rest(handle, PREDICT, {"instances": SENTENCES})
+    assert status == 200 and set(answer) == {"predictions"}
+    texts = [p["translations"] for p in answer["predictions"]]
+    scores = np.array([p["scores"] for p in answer["predictions"]], np.float32)
+    want_texts, want_scores = texts_and_scores(stub.Predict(predict_request(SENTENCES),
+                                                            timeout=10))
+    assert texts == want_texts == in_process(model_base / "2", SENTENCES)[0]
+    assert texts[3] == "v2:ÑANDÚ hello"  # UTF-8 JSON strings both ways
+    assert scores.tolist() == want_scores.tolist()
+    assert all(set(p) == {"translations", "scores"} for p in answer["predictions"])
+
+
+def test_columnar_format_and_named_inputs_give_the_same_outputs(handle, stub):
+    want_texts, want_scores = texts_and_scores(stub.Predict(predict_request(SENTENCES),
+                                                            timeout=10))
+    want = (200, {"outputs": {"translations": want_texts, "scores": want_scores.tolist()}})
+    assert rest(handle, PREDICT, {"inputs": SENTENCES}) == want
+    assert rest(handle, PREDICT, {"inputs": {"inputs": SENTENCES}}) == want
+    assert rest(handle, PREDICT, {"signature_name": "serving_default",
+                                  "inputs": {"inputs": SENTENCES}}) == want
+    # Row format with named inputs and base64 strings, on the "translate" signature.
+    named = [{"inputs": "hola"}, {"inputs": {"b64": base64.b64encode(b"gato").decode()}}]
+    assert rest(handle, PREDICT, {"signature_name": "translate", "instances": named}) == (
+        200, {"predictions": [{"translations": "v2:hello", "scores": -4.0},
+                              {"translations": "v2:cat", "scores": -4.0}]})
+
+
+def test_version_paths_and_labels(handle):
+    assert rest(handle, f"/v1/models/{MODEL}/versions/2:predict", {"inputs": ["gato"]}) == (
+        200, {"outputs": {"translations": ["v2:cat"], "scores": [-4.0]}})
+    assert rest(handle, f"/v1/models/{MODEL}/versions/1:predict", {"inputs": ["gato"]}) == (
+        404, {"error": "Servable not found for request: Specific(tfformer, 1)"})
+    # No labels are configured: TF Serving's answer for an unknown one, as over gRPC.
+    assert rest(handle, f"/v1/models/{MODEL}/labels/stable:predict", {"inputs": ["gato"]}) == (
+        400, {"error": "Unrecognized servable version label: stable"})
+
+
+def test_floats_are_written_as_float32_reads_them():
+    assert array_to_json(np.array([-1.73, 0.1], np.float32), "scores") == [-1.73, 0.1]
+    assert array_to_json(np.array([[b"a"], [b"\xc3\xb1"]], object), "t") == [["a"], ["ñ"]]
+    assert array_to_json(np.array([b"\xff"], object), "t_bytes") == [{"b64": "/w=="}]
+
+
+def test_concurrent_rest_and_grpc_requests_all_answer_correctly(handle, stub):
+    def one(i):
+        sentence = ["hola", "mundo", "gato", "perro"][i % 4]
+        if i % 2:
+            return sentence, texts_and_scores(stub.Predict(predict_request([sentence]),
+                                                           timeout=30))[0][0]
+        status, answer = rest(handle, PREDICT, {"instances": [sentence]})
+        assert status == 200
+        return sentence, answer["predictions"][0]["translations"]
+
+    with futures.ThreadPoolExecutor(max_workers=8) as executor:
+        results = list(executor.map(one, range(64)))
+    want = {"hola": "v2:hello", "mundo": "v2:world", "gato": "v2:cat", "perro": "v2:PERRO"}
+    assert [text for _, text in results] == [want[s] for s, _ in results]
+
+
+# --------------------------------------------------------------------------------------------
+# Status and metadata
+
+
+def test_model_status_as_tf_serving_writes_it(handle):
+    available = {"model_version_status": [{"version": "2", "state": "AVAILABLE",
+                                           "status": {"error_code": "OK", "error_message": ""}}]}
+    assert rest(handle, f"/v1/models/{MODEL}") == (200, available)
+    assert rest(handle, f"/v1/models/{MODEL}/versions/2") == (200, available)
+    assert rest(handle, f"/v1/models/{MODEL}/versions/1") == (
+        404, {"error": "Could not find version 1 of model tfformer"})
+    assert rest(handle, "/v1/models/nope") == (
+        404, {"error": "Could not find any versions of model nope"})
+    assert rest(handle, "/v1/models") == (400, {"error": "Missing model name in request."})
+
+
+def test_metadata_is_grpc_get_model_metadata_as_json(handle, stub):
+    status, answer = rest(handle, f"/v1/models/{MODEL}/metadata")
+    assert status == 200
+    assert answer["model_spec"] == {"name": MODEL, "version": "2", "signature_name": ""}
+    request = get_model_metadata_pb2.GetModelMetadataRequest()
+    request.model_spec.name = MODEL
+    request.metadata_field.append("signature_def")
+    signature_map = get_model_metadata_pb2.SignatureDefMap()
+    stub.GetModelMetadata(request, timeout=10).metadata["signature_def"].Unpack(signature_map)
+    assert answer["metadata"] == {"signature_def": json_format.MessageToDict(
+        signature_map, always_print_fields_with_no_presence=True,
+        preserving_proto_field_name=True)}
+    signatures = answer["metadata"]["signature_def"]["signature_def"]
+    assert set(signatures) == {"serving_default", "translate"}  # no __saved_model_init_op
+    default = signatures["serving_default"]
+    assert default["inputs"]["inputs"]["dtype"] == "DT_STRING"
+    assert {k: v["dtype"] for k, v in default["outputs"].items()} == {
+        "translations": "DT_STRING", "scores": "DT_FLOAT"}
+    assert rest(handle, f"/v1/models/{MODEL}/versions/2/metadata")[1] == answer
+    assert rest(handle, "/v1/models/nope/metadata") == (
+        404, {"error": "Servable not found for request: Latest(nope)"})
+
+
+# --------------------------------------------------------------------------------------------
+# Bad requests: the same error as gRPC where the request reaches the shared validation
+
+
+SAME_AS_GRPC = {
+    # case: (REST body, the equivalent gRPC request)
+    "empty batch": ({"inputs": []}, lambda: predict_request([], shape=[0])),
+    "100,000 characters": ({"instances": ["hola", "a" * 100_000]},
+                           lambda: predict_request(["hola", "a" * 100_000])),
+    "invalid UTF-8": ({"instances": ["hola", "mundo", {"b64": base64.b64encode(
+        b"caf\xe9").decode()}]}, lambda: predict_request([b"hola", b"mundo", b"caf\xe9"])),
+    "batch over the limit": ({"instances": ["hola"] * (server.DEFAULT_MAX_BATCH_SIZE + 1)},
+                             lambda: predict_request(["hola"] * 65)),
+    "scalar (rank 0)": ({"inputs": "hola mundo"}, lambda: predict_request("hola mundo")),
+    "rank 2": ({"instances": [["hola"]]}, lambda: predict_request([["hola"]])),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SAME_AS_GRPC))
+def test_bad_requests_get_the_grpc_error_and_the_server_keeps_serving(handle, stub, case):
+    body, grpc_request = SAME_AS_GRPC[case]
+    error = rpc_error(stub.Predict, grpc_request())
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert rest(handle, PREDICT, body) == (400, {"error": error.details()})
+    assert_still_serving(handle)
+
+
+def test_unknown_model_and_version_get_the_grpc_error(handle, stub):
+    for path, version, model in (("/v1/models/nope:predict", None, "nope"),
+                                 (f"/v1/models/{MODEL}/versions/7:predict", 7, MODEL)):
+        error = rpc_error(stub.Predict, predict_request(["hola"], model=model, version=version))
+        assert error.code() == grpc.StatusCode.NOT_FOUND
+        assert rest(handle, path, {"instances": ["hola"]}) == (404, {"error": error.details()})
+    assert_still_serving(handle)
+
+
+# TF Serving's REST API reads the JSON against the signature before the Predict call: these
+# errors are its own (json_tensor.cc, http_rest_api_handler.cc), not gRPC's.
+REST_ERRORS = {
+    "malformed JSON": (PREDICT, b'{"instances": ["hola"', "POST", 400, "JSON Parse error: "),
+    "empty body": (PREDICT, b"", "POST", 400, "JSON Parse error: The document is empty"),
+    "not an object": (PREDICT, ["hola"], "POST", 400, 'JSON Value: ["hola"] Is not object'),
+    "no inputs": (PREDICT, {"signature_name": "translate"}, "POST", 400,
+                  "Missing 'inputs' or 'instances' key"),
+    "both formats": (PREDICT, {"inputs": ["a"], "instances": ["a"]}, "POST", 400,
+                     "expecting only one of 'inputs' or 'instances' keys to exist"),
+    "empty instances": (PREDICT, {"instances": []}, "POST", 400,
+                        "No values in 'instances' array"),
+    "wrong dtype": (PREDICT, {"instances": [1.5]}, "POST", 400,
+                    "JSON Value: 1.5 Type: Number is not of expected type: string"),
+    "signature_name not a string": (PREDICT, {"signature_name": 3, "inputs": ["a"]}, "POST",
+                                    400, "'signature_name' key must be a string value."),
+    "unknown signature": (PREDICT, {"signature_name": "nope", "inputs": ["a"]}, "POST", 400,
+                          'Serving signature name: "nope" not found in signature def'),
+    "unknown input name (row)": (PREDICT, {"instances": [{"text": "hola"}]}, "POST", 400,
+                                 "JSON object: does not have named input: text"),
+    "unknown input name (columnar)": (PREDICT, {"inputs": {"text": ["hola"]}}, "POST", 400,
+                                      "Missing named input: inputs in 'inputs' object."),
+    "mixed instances": (PREDICT, {"instances": ["hola", {"inputs": "x"}]}, "POST", 400,
+                        "Expecting value/list but got object at item 1 of input list"),
+    "ragged instances": (PREDICT, {"instances": [["a"], ["b", "c"]]}, "POST", 400,
+                         "Expecting tensor size: 1 but got: 2"),
+    "bad base64": (PREDICT, {"instances": [{"b64": "!!"}]}, "POST", 400,
+                   "Unable to base64 decode"),
+    "GET on predict": (PREDICT, None, "GET", 400, f"Malformed request: GET {PREDICT}"),
+    "POST on status": (f"/v1/models/{MODEL}", {}, "POST", 400,
+                       f"Malformed request: POST /v1/models/{MODEL}"),
+    "DELETE": (f"/v1/models/{MODEL}", None, "DELETE", 400, "Malformed request: DELETE"),
+    "classify": (f"/v1/models/{MODEL}:classify", {"examples": []}, "POST", 501,
+                 "Classify is not implemented by the tfformer model server; use Predict"),
+    "outside /v1/": ("/healthz", None, "GET", 404, "Not found: /healthz"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REST_ERRORS))
+def test_rest_errors_have_tf_serving_status_and_the_server_keeps_serving(handle, case):
+    path, body, method, status, message = REST_ERRORS[case]
+    got_status, answer = rest(handle, path, body, method)
+    assert got_status == status and set(answer) == {"error"}
+    assert message in answer["error"]
+    assert_still_serving(handle)
+
+
+def test_rest_port_in_use_fails_and_leaves_nothing_running(model_base):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(OSError, match="cannot bind the REST API"):
+            server.start_server(str(model_base), MODEL, port=0, poll_seconds=0,
+                                rest_api_port=taken.getsockname()[1])
+
+
+def test_without_rest_api_port_there_is_no_rest_server(model_base):
+    with server.start_server(str(model_base), MODEL, port=0, poll_seconds=0) as running:
+        assert (running.rest_port, running.rest_address) == (None, None)
+
+
+# --------------------------------------------------------------------------------------------
+# The program
+
+
+def test_program_serves_rest_and_finishes_an_in_flight_request_on_sigterm(model_base):
+    port = free_port()
+    with server_program("--model-base-path", str(model_base), "--log-level", "DEBUG",
+                        "--rest-api-port", str(port)) as (process, output, grpc_port):
+        address = output.wait_for(r"^tfformer-serve: REST API listening on (127\.0\.0\.1:\d+)$",
+                                  20).group(1)
+        assert address == f"127.0.0.1:{port}" and grpc_port != str(port)
+        assert call(address, f"/v1/models/{MODEL}")[0] == 200
+        answers = []
+        in_flight = threading.Thread(target=lambda: answers.append(
+            call(address, PREDICT, {"instances": ["hola __slow__"]})))
+        in_flight.start()
+        output.wait_for(r"Predict tfformer version 2", 20)  # the model call has started
+        process.send_signal(signal.SIGTERM)
+        in_flight.join(30)
+        assert answers == [(200, {"predictions": [{"translations": "v2:hello __SLOW__",
+                                                   "scores": -13.0}]})]
+        assert process.wait(timeout=20) == 0
+        output.wait_for(r"Server stopped", 5)
+        with pytest.raises(urllib.error.URLError):
+            call(address, f"/v1/models/{MODEL}")
+
+
+def test_program_rest_api_port_0_is_off(model_base):
+    with server_program("--model-base-path", str(model_base), "--rest-api-port", "0",
+                        "--log-level", "DEBUG") as (process, output, _):
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+        output.wait_for(r"Server stopped", 5)  # the last line: every line is seen now
+        assert any("(gRPC)" in line for line in output.seen)
+        assert not [line for line in output.seen if "REST" in line]
+
+
+@pytest.mark.parametrize("port", ["-1", "65536"])
+def test_program_refuses_a_rest_api_port_out_of_range(port, caplog):
+    assert serve_cli.main(["--model-base-path", "unused", "--rest-api-port", port]) == 2
+    assert f"--rest-api-port must be a port number (0: off), got {port}" in caplog.text
