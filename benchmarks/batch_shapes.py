@@ -39,7 +39,7 @@ CONTENDERS = {  # name -> (backend, jit)
 
 
 def training_pairs(spec: str, limit: int | None) -> list[tuple[str, str]]:
-    from tfformer.corpus import open_corpus
+    from tfformer.data.sources import open_corpus
 
     corpus = open_corpus(spec)
     pairs = []
@@ -55,8 +55,8 @@ def grid_report(pairs, tokenizer, growth: float, batch_tokens: int, max_length: 
     import numpy as np
     import tensorflow as tf
 
-    from tfformer.buckets import bucket_lengths
-    from tfformer.data import BatchStats, make_stream
+    from tfformer.data.batching import BatchStats, make_stream
+    from tfformer.data.buckets import bucket_lengths
     from tfformer.special_tokens import PAD_ID
 
     stats = BatchStats()
@@ -91,9 +91,9 @@ def child(args) -> int:
     import tensorflow as tf
 
     from tfformer import compilations
-    from tfformer.buckets import default_growth
     from tfformer.config import get_preset
-    from tfformer.data import BatchStats, make_stream
+    from tfformer.data.batching import BatchStats, make_stream
+    from tfformer.data.buckets import default_growth
     from tfformer.model import Transformer
     from tfformer.special_tokens import PAD_ID
     from tfformer.tokenizer import Tokenizer

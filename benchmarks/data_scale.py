@@ -96,13 +96,13 @@ def measure_vocabulary(spec: str, out: str, vocab_size: int, sample: int) -> dic
     import logging
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-    from tfformer import run_data
+    from tfformer.data import run_data
     from tfformer.run_dir import RunDir
 
     started = time.monotonic()
     run = RunDir(out)
     os.makedirs(run.path, exist_ok=True)
-    data = run_data.prepare(run, chief=True, data=spec, skip_bad_lines=False, seed=0,
+    data = run_data.prepare(run, chief=True, spec=spec, skip_bad_lines=False, seed=0,
                             vocab_size=vocab_size, vocab_sample=sample)
     stats = run_data.read_stats(run)
     return {"seconds": round(time.monotonic() - started, 1),
@@ -114,13 +114,12 @@ def measure_vocabulary(spec: str, out: str, vocab_size: int, sample: int) -> dic
 def measure_pipeline(spec: str, out: str, batch_tokens: int, batches: int) -> dict:
     """Time to the first batch and steady-state batches/s of the training stream alone."""
     started = time.monotonic()
-    from tfformer import run_data
-    from tfformer.corpus import Counters
+    from tfformer.data import run_data
     from tfformer.run_dir import RunDir
 
-    data = run_data.prepare(RunDir(out), chief=True, data=spec, skip_bad_lines=False, seed=0,
+    data = run_data.prepare(RunDir(out), chief=True, spec=spec, skip_bad_lines=False, seed=0,
                             vocab_size=0, vocab_sample=2)  # reuses the run's vocabulary
-    counters = Counters()
+    counters = run_data.Counters()
     stream = run_data.training_batches(data, batch_tokens=batch_tokens, max_length=256, seed=1,
                                        counters=counters)
     iterator = iter(stream)
@@ -146,14 +145,14 @@ def measure_model(spec: str, out: str, batch_tokens: int, steps: int) -> dict:
     """Seconds per training step of the base model on the pipeline's batches."""
     import keras
 
-    from tfformer import run_data
     from tfformer.config import get_preset
+    from tfformer.data import run_data
     from tfformer.model import Transformer
     from tfformer.run_dir import RunDir
     from tfformer.schedule import paper_optimizer
     from tfformer.training import compile_transformer
 
-    data = run_data.prepare(RunDir(out), chief=True, data=spec, skip_bad_lines=False, seed=0,
+    data = run_data.prepare(RunDir(out), chief=True, spec=spec, skip_bad_lines=False, seed=0,
                             vocab_size=0, vocab_sample=2)
     stream = run_data.training_batches(data, batch_tokens=batch_tokens, max_length=256, seed=1)
     config = get_preset("base", vocab_size=data.tokenizer.vocab_size)

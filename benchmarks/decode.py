@@ -168,7 +168,7 @@ def main(argv=None) -> int:
     import tensorflow as tf
 
     keras.utils.set_random_seed(0)  # before the tokenizer's tf-text resource
-    from tfformer.builtin_corpus import builtin_pairs
+    from tfformer.data.builtin import builtin_pairs
     from tfformer.export import export_saved_model
     from tfformer.search import beam_search, greedy_search
     from tfformer.serving import client, server

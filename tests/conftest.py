@@ -30,7 +30,7 @@ def make_run_dir(tmp_path_factory):
         import keras
 
         from tfformer import Transformer, TransformerConfig
-        from tfformer.builtin_corpus import builtin_pairs
+        from tfformer.data.builtin import builtin_pairs
         from tfformer.tokenizer import Tokenizer
 
         keras.utils.set_random_seed(seed)  # before the tokenizer's tf-text resource exists

@@ -5,8 +5,8 @@ two), its initial weights, and a recorder of the loss of every batch."""
 import keras
 
 from tfformer import Transformer, TransformerConfig
-from tfformer.builtin_corpus import builtin_pairs
-from tfformer.data import make_dataset
+from tfformer.data.batching import make_dataset
+from tfformer.data.builtin import builtin_pairs
 from tfformer.tokenizer import Tokenizer
 
 

@@ -8,10 +8,11 @@ it runs:
   `bash -c` with its `Cmd`: substitutions (each must match the command exactly once), flags
   appended before the trailing comment, and a check of what the command did, not only its exit
   status. A `Cmd(serve=True)` starts in the background on a free port and answers before the next
-  command runs; "{server}" in a substitution is the address of the server started last.
+  command runs; "{server}" in a substitution is the address of the server started last, "{rest}"
+  its REST API's (`--rest-api-port`), "{free_port}" a port nothing listens on.
 * `Py`: the snippet, after its substitutions, runs with `.venv/bin/python`, followed in the same
   process by checks of the objects it promises.
-* `Excepted`: not executed (Docker, TF Serving's REST port, output examples, a diagram); the
+* `Excepted`: not executed (Docker and its TF Serving, output examples, a diagram); the
   reason is given, and some are checked statically.
 
 The fast tests fail when a block is added, removed or changed without updating the registry, when
@@ -35,6 +36,7 @@ import queue
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -44,7 +46,7 @@ from typing import Callable
 
 import pytest
 
-from tfformer.builtin_corpus import builtin_pairs
+from tfformer.data.builtin import builtin_pairs
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ("README.md", "training/README.md", "serving/README.md")
@@ -260,6 +262,7 @@ class Server:
     process: subprocess.Popen
     address: str
     where: str
+    rest: str = ""  # the REST API's HOST:PORT, when started with --rest-api-port
 
 
 class DocRun:
@@ -303,10 +306,16 @@ class DocRun:
         return self.work / relative
 
     def fill(self, text: str) -> str:
-        if "{server}" in text:
+        if "{server}" in text or "{rest}" in text:
             running = [s for s in self.servers if s.process.poll() is None]
             assert running, f"no server is running for {text!r}"
+            assert running[-1].rest or "{rest}" not in text, f"no REST API for {text!r}"
             text = text.replace("{server}", running[-1].address)
+            text = text.replace("{rest}", running[-1].rest)
+        if "{free_port}" in text:
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                text = text.replace("{free_port}", str(sock.getsockname()[1]))
         return text
 
     def _failed(self, where: str, what: str, result) -> str:
@@ -338,7 +347,8 @@ class DocRun:
 
     def start_server(self, command: str, where: str) -> subprocess.CompletedProcess:
         """Starts the command in the background (exec: SIGTERM reaches the server itself) and
-        waits for its "listening on ADDRESS" line and a ready gRPC channel."""
+        waits for its "listening on ADDRESS" line and a ready gRPC channel (and with
+        --rest-api-port, for its "REST API listening on ADDRESS" line)."""
         import grpc
 
         started = time.monotonic()
@@ -350,14 +360,25 @@ class DocRun:
         server = Server(process, "", where)
         self.servers.append(server)
         lines: queue.Queue = queue.Queue()
-        threading.Thread(target=lambda: lines.put(process.stdout.readline()), daemon=True).start()
-        try:
-            first = lines.get(timeout=180)
-        except queue.Empty:
-            first = ""
+        threading.Thread(target=lambda: [lines.put(line) for line in process.stdout],
+                         daemon=True).start()
+
+        def next_line(timeout: float) -> str:
+            try:
+                return lines.get(timeout=timeout)
+            except queue.Empty:
+                return ""
+
+        first = next_line(180)
         found = re.search(r"listening on (\S+)", first)
         assert found, f"{where}: {command!r} did not start:\n{first}{log.read_text()[-5000:]}"
         server.address = found.group(1)
+        if "--rest-api-port" in command:
+            second = next_line(30)
+            found = re.search(r"REST API listening on (\S+)", second)
+            assert found, f"{where}: {command!r} printed no REST API line:\n{second}"
+            server.rest = found.group(1)
+            first += second
         channel = grpc.insecure_channel(server.address)
         try:
             grpc.channel_ready_future(channel).result(timeout=60)
@@ -589,6 +610,40 @@ def check_rest_answer(text: str) -> None:
     assert set(prediction) == {OUTPUT_TRANSLATIONS, OUTPUT_SCORES}
 
 
+LOCAL_REST = {"127.0.0.1:8501": "{rest}"}  # the REST API of the server started last
+
+
+def check_rest_status(doc: DocRun, result) -> None:
+    (status,) = json.loads(result.stdout)["model_version_status"]
+    assert (status["state"], status["status"]["error_code"]) == ("AVAILABLE", "OK"), status
+
+
+def check_rest_metadata(doc: DocRun, result) -> None:
+    from tfformer.contract import INPUT_NAME, SIGNATURE_NAMES
+
+    signatures = json.loads(result.stdout)["metadata"]["signature_def"]["signature_def"]
+    assert set(signatures) == set(SIGNATURE_NAMES), signatures
+    assert signatures[SIGNATURE_NAMES[0]]["inputs"][INPUT_NAME]["dtype"] == "DT_STRING"
+
+
+def check_rest_predictions(count: int) -> Check:
+    def check(doc: DocRun, result) -> None:
+        predictions = json.loads(result.stdout)["predictions"]
+        assert len(predictions) == count, predictions
+        for prediction in predictions:
+            check_rest_answer(json.dumps({"predictions": [prediction]}))
+            assert isinstance(prediction["translations"], str) and prediction["scores"] <= 0
+    return check
+
+
+def check_rest_outputs(doc: DocRun, result) -> None:
+    from tfformer.contract import OUTPUT_SCORES, OUTPUT_TRANSLATIONS
+
+    outputs = json.loads(result.stdout)["outputs"]
+    assert set(outputs) == {OUTPUT_TRANSLATIONS, OUTPUT_SCORES}, outputs
+    assert len(outputs[OUTPUT_TRANSLATIONS]) == len(outputs[OUTPUT_SCORES]) == 1, outputs
+
+
 # ---------------------------------------------------------------------------------------------
 # The registry: every fenced block of the three files, in document order
 # ---------------------------------------------------------------------------------------------
@@ -647,12 +702,12 @@ echo "Una hermana visita el puente azul." | .venv/bin/tfformer-translate --score
         ]),
         Py("""\
 import tfformer
-from tfformer.builtin_corpus import builtin_pairs
-from tfformer.data import make_dataset
+from tfformer.data.batching import make_dataset
+from tfformer.data.builtin import builtin_pairs
 from tfformer.search import beam_search
 from tfformer.tokenizer import Tokenizer
 
-pairs = builtin_pairs("train", 2000)      # (Spanish, English) strings; files: tfformer.corpus
+pairs = builtin_pairs("train", 2000)      # (Spanish, English) strings; files: tfformer.data.sources
 tokenizer = Tokenizer.train([text for pair in pairs for text in pair], vocab_size=2000)  # §5.1
 dataset, info = make_dataset(pairs, tokenizer, batch_tokens=2048, max_length=64)
 # elements: ((source_ids, target_in_ids), target_out_ids), batched by length (§5.1)
@@ -669,7 +724,8 @@ print(tokenizer.detokenize(tokens[:, 0]).numpy(), scores.numpy())
 
 # A whole resumable, kill-safe run from Python (what tfformer-train does):
 from tfformer import run
-result = run.train("runs/mine", "tiny", run.TrainSettings(steps=400))   # rerun: continues
+from tfformer.settings import TrainSettings
+result = run.train("runs/mine", "tiny", TrainSettings(steps=400))       # rerun: continues
 exported = run.export("runs/mine", model_base_path="models")            # models/tfformer/N
 """, subs={"steps=400": "steps=4, dev_sentences=2"}, check="""\
 import os
@@ -684,7 +740,7 @@ tfformer/cli/          train  average  export  serve  translate  demo      (pars
       |                           |                 |         |
       v                           v                 v         v
 tfformer/run.py        train() average() export()   tfformer/serving/: server -> service ->
-      |   (RunDir, TrainSettings, recipes)             requests, versions; client
+      |   (run_steps.py, settings.py)                  requests, versions; client
       v                     |                                  |
 tfformer/export.py  <-------+      (SavedModel writer, op-set and fresh-process checks)
       |                                                        |
@@ -692,12 +748,13 @@ tfformer/export.py  <-------+      (SavedModel writer, op-set and fresh-process 
 tfformer/translator.py (tokenizer + model + search)    tfformer/contract.py (signature and
       |                                                 tensor names, version-directory rule)
       v
-tfformer/training.py  run_state.py  run_data.py  callbacks.py  data.py  corpus.py  tokenizer.py
-                      distribute.py  backends.py  files.py  plots.py  attention_maps.py
+tfformer/training.py  run_state.py  callbacks.py  tokenizer.py  data/  distribute.py
+                      checkpoints.py  backends.py  files.py  plots.py  attention_maps.py
       |
       v
 tfformer/model.py  search.py  eager_search.py  layers/  losses.py  schedule.py  config.py
                    (layers/kernels.py: the backend-specific fast forms)          run_dir.py
+                                                                                 validate.py
 """, reason="a diagram of the package layout (tests/test_layout.py checks the imports)"),
     ],
     "training/README.md": [
@@ -718,9 +775,10 @@ TF_ENABLE_ONEDNN_OPTS=1 .venv/bin/tfformer-train --recipe training/configs/bible
         ]),
         Py("""\
 from tfformer import run
+from tfformer.settings import Recipe, load_config
 
-recipe = run.Recipe.load("training/configs/bible-es-en-cpu.json")
-result = run.train("runs/bible", run.load_config(recipe.config, **recipe.overrides), recipe.train)
+recipe = Recipe.load("training/configs/bible-es-en-cpu.json")
+result = run.train("runs/bible", load_config(recipe.config, **recipe.overrides), recipe.train)
 averaged = run.average("runs/bible", last=recipe.average_last)   # runs/bible/model-avg3.keras
 """, subs={
             # The commands above trained runs/bible to update 6: continue it to update 8.
@@ -757,7 +815,8 @@ docker run --rm -p 127.0.0.1:8500:8500 -p 127.0.0.1:8501:8501 \\
 curl -s http://127.0.0.1:8501/v1/models/tfformer
 curl -s -X POST http://127.0.0.1:8501/v1/models/tfformer:predict \\
   -d '{"signature_name": "serving_default", "instances": ["hola mundo"]}'
-""", reason="TF Serving's REST port 8501: the local stand-in has no REST (gRPC only)"),
+""", reason="TF Serving's REST port 8501 in Docker (see above); the same calls run against "
+            "tfformer-serve --rest-api-port below"),
         Excepted("json", """\
 {"predictions": [{"translations": "hello world", "scores": -1.73}]}
 """, reason="the answer of the REST call above (checked: valid JSON with the export's output "
@@ -766,8 +825,20 @@ curl -s -X POST http://127.0.0.1:8501/v1/models/tfformer:predict \\
 tfformer-translate --server 127.0.0.1:8500 "hola mundo"
 """, [Cmd(output_lines(1), subs={"127.0.0.1:8500": "{server}"})]),
         Sh("""\
-tfformer-serve --model-base-path models/tfformer            # or: python -m tfformer.cli.serve ...
-""", [Cmd(serve=True, append="--port 0")]),
+tfformer-serve --model-base-path models/tfformer \\
+    --rest-api-port 8501                  # or: python -m tfformer.cli.serve ...
+""", [Cmd(serve=True, append="--port 0",
+          subs={"--rest-api-port 8501": "--rest-api-port {free_port}"})]),
+        Sh("""\
+curl -s http://127.0.0.1:8501/v1/models/tfformer                # {"model_version_status": [...]}
+curl -s http://127.0.0.1:8501/v1/models/tfformer/metadata       # the signatures
+curl -s -X POST http://127.0.0.1:8501/v1/models/tfformer:predict \\
+  -d '{"instances": ["hola mundo", "buenos días"]}'             # {"predictions": [{...}, {...}]}
+curl -s -X POST http://127.0.0.1:8501/v1/models/tfformer:predict \\
+  -d '{"signature_name": "translate", "inputs": ["hola mundo"]}' # {"outputs": {...}}
+""", [Cmd(check_rest_status, subs=LOCAL_REST), Cmd(check_rest_metadata, subs=LOCAL_REST),
+          Cmd(check_rest_predictions(2), subs=LOCAL_REST),
+          Cmd(check_rest_outputs, subs=LOCAL_REST)]),
         Py("""\
 from tfformer.serving.client import translate, TranslationError
 

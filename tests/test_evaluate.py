@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from tfformer.builtin_corpus import builtin_pairs
 from tfformer.cli.evaluate import main as evaluate_main
-from tfformer.corpus import DataError
+from tfformer.data.builtin import builtin_pairs
+from tfformer.data.sources import DataError
 from tfformer.evaluate import read_test_set, score, translate_in_length_order
 from tfformer.export import export_saved_model
 from tfformer.translator import load_translator

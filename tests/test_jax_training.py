@@ -17,7 +17,7 @@ import pytest
 
 from tests.test_training import HERE, env, train_command
 from tfformer import backends
-from tfformer.buckets import bucket_lengths, default_growth
+from tfformer.data.buckets import bucket_lengths, default_growth
 
 
 def jax_env(**extra):
@@ -26,7 +26,7 @@ def jax_env(**extra):
 
 def write_corpus(directory, train=600, dev=6):
     """Pairs of six-word sources: few distinct lengths, so few shapes for JAX to compile."""
-    from tfformer.builtin_corpus import builtin_pairs
+    from tfformer.data.builtin import builtin_pairs
 
     for name, count in (("train", train), ("dev", dev)):
         pairs = [p for p in builtin_pairs(name, 20 * count) if len(p[0].split()) == 6][:count]

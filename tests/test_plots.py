@@ -15,11 +15,11 @@ from matplotlib.image import imread  # noqa: E402
 
 from tfformer import plots  # noqa: E402
 from tfformer.attention_maps import attention_maps  # noqa: E402
-from tfformer.builtin_corpus import builtin_pairs  # noqa: E402
 from tfformer.config import TransformerConfig  # noqa: E402
+from tfformer.data.builtin import builtin_pairs  # noqa: E402
 from tfformer.model import Transformer  # noqa: E402
-from tfformer.run import _save_history_plot  # noqa: E402
 from tfformer.run_dir import RunDir  # noqa: E402
+from tfformer.run_steps import save_history_plot  # noqa: E402
 from tfformer.special_tokens import BOS_ID, EOS_ID  # noqa: E402
 from tfformer.tokenizer import Tokenizer  # noqa: E402
 from tfformer.translator import Translator  # noqa: E402
@@ -169,10 +169,10 @@ def test_a_run_without_matplotlib_or_epochs_still_ends_without_a_plot(tmp_path, 
                                                                       caplog):
     caplog.set_level(logging.INFO, logger="tfformer.run")
     write_metrics(tmp_path, [])  # no finished epoch: nothing to draw, a warning, no error
-    _save_history_plot(RunDir(tmp_path))
+    save_history_plot(RunDir(tmp_path))
     assert "could not draw" in caplog.text and "has no epochs yet" in caplog.text
     monkeypatch.setattr(plots, "available", lambda: False)
-    _save_history_plot(RunDir(tmp_path))
+    save_history_plot(RunDir(tmp_path))
     assert "install the plot extra" in caplog.text
     assert not (tmp_path / "history.png").exists()
     with pytest.raises(ImportError, match=r"pip install 'tfformer\[plot\]'"):

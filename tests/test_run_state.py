@@ -165,7 +165,7 @@ LEGACY_RUN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "r
 
 
 def small_settings(**changes):
-    from tfformer.run import TrainSettings
+    from tfformer.settings import TrainSettings
 
     return TrainSettings(**{**dict(data="builtin:300", steps_per_epoch=2, backup_every=1,
                                    batch_tokens=512, vocab_size=120, dev_sentences=0,

@@ -5,7 +5,7 @@ import os
 import pytest
 import tensorflow as tf
 
-from tfformer.builtin_corpus import builtin_pairs
+from tfformer.data.builtin import builtin_pairs
 from tfformer.special_tokens import (
     BOS_ID,
     BOS_PIECE,
@@ -83,6 +83,42 @@ def test_round_trip_on_real_text():
     tokenizer = Tokenizer.train(sentences, 600)
     restored = tokenizer.detokenize(tokenizer.tokenize(tf.constant(sentences[:50]))).numpy()
     assert [r.decode("utf-8") for r in restored] == [tokenizer.normalize(s) for s in sentences[:50]]
+
+
+def _sentencepiece_on_sentences(sentences, vocab_size, max_sentence_length=4192):
+    """The reference: SentencePiece's own BPE trainer on the sentences themselves."""
+    import io
+
+    import sentencepiece as spm
+
+    spm.set_random_generator_seed(0)
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter([" ".join(s.split()) for s in sentences]), model_writer=model,
+        vocab_size=vocab_size, model_type="bpe", character_coverage=1.0,
+        hard_vocab_limit=False, max_sentence_length=max_sentence_length, pad_id=PAD_ID,
+        unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID, pad_piece=PAD_PIECE, unk_piece=UNK_PIECE,
+        bos_piece=BOS_PIECE, eos_piece=EOS_PIECE, minloglevel=2)
+    return spm.SentencePieceProcessor(model_proto=model.getvalue())
+
+
+def _pieces_and_scores(processor):
+    return [(processor.id_to_piece(i), processor.get_score(i))
+            for i in range(processor.get_piece_size())]
+
+
+def test_bpe_from_word_counts_is_sentencepieces_bpe_on_the_sentences(corpus):
+    # Tokenizer.train gives BPE word counts, not sentences (a fraction of the memory): the
+    # vocabulary must be SentencePiece's own on the sentences, piece for piece, score for score.
+    # A sentence over max_sentence_length bytes is skipped by both.
+    too_long = " ".join(["palabralarguísima"] * 20)
+    sentences = corpus + [too_long]
+    ours = Tokenizer.train(sentences, 500, seed=0, max_sentence_length=300)
+    reference = _sentencepiece_on_sentences(sentences, 500, max_sentence_length=300)
+    assert _pieces_and_scores(ours._processor) == _pieces_and_scores(reference)
+    assert "▁palabralarguísima" not in {ours.id_to_piece(i) for i in range(ours.vocab_size)}
+    texts = ACCENTED + corpus[:40]
+    assert ours.tokenize(tf.constant(texts)).to_list() == [reference.encode(t) for t in texts]
 
 
 def test_save_and_from_file_give_identical_ids(tokenizer, tmp_path):

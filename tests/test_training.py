@@ -17,11 +17,6 @@ import numpy as np
 import pytest
 
 from tfformer import Transformer, TransformerConfig
-from tfformer.callbacks import (
-    KeepLastCheckpoints,
-    average_checkpoints,
-    list_checkpoints,
-)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -69,7 +64,7 @@ def test_two_workers_on_localhost_train_and_agree_on_weights(tmp_path):
     workers = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
     out = tmp_path / "run"
     # Two training files: each worker streams its own (sharding by file).
-    from tfformer.builtin_corpus import builtin_pairs
+    from tfformer.data.builtin import builtin_pairs
 
     pairs = builtin_pairs("train", 2000)
     for name, part in (("a.tsv", pairs[:1000]), ("b.tsv", pairs[1000:])):
@@ -156,7 +151,7 @@ def test_ten_kill_nines_lose_nothing_and_tear_nothing(tmp_path):
     out = tmp_path / "run"
     total, per_epoch = 40, 8
     # A small dev file keeps each of the 11 start-ups and the per-epoch validation short.
-    from tfformer.builtin_corpus import builtin_pairs
+    from tfformer.data.builtin import builtin_pairs
 
     for name, pairs in (("train", builtin_pairs("train", 2000)), ("dev", builtin_pairs("dev", 40))):
         (tmp_path / f"{name}.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in pairs))
@@ -238,37 +233,6 @@ def test_resume_with_another_architecture_exits_2_naming_the_field(tmp_path):
     assert result.returncode == 2, result.stderr[-3000:]
     assert "d_ff: 128 -> 64" in result.stderr
     assert not (out / "backup").exists()
-
-
-def test_checkpoint_averaging_equals_numpy_mean(tmp_path):
-    config = TransformerConfig(vocab_size=20, d_model=16, num_heads=2, d_ff=32,
-                               num_encoder_layers=1, num_decoder_layers=1)
-    model = Transformer(config)
-    model.build()
-    rng = np.random.default_rng(0)
-    saved = []
-    for i in range(3):
-        weights = [rng.normal(size=w.shape).astype(w.dtype) for w in model.get_weights()]
-        model.set_weights(weights)
-        path = str(tmp_path / f"ckpt-{i:05d}.weights.h5")
-        model.save_weights(path)
-        saved.append(weights)
-    average_checkpoints(model, [str(tmp_path / f"ckpt-{i:05d}.weights.h5") for i in range(3)])
-    for got, *versions in zip(model.get_weights(), *saved):
-        np.testing.assert_allclose(got, np.mean(versions, axis=0), rtol=1e-6, atol=1e-7)
-
-
-def test_keep_last_checkpoints_prunes_older_files(tmp_path):
-    config = TransformerConfig(vocab_size=20, d_model=8, num_heads=2, d_ff=8,
-                               num_encoder_layers=1, num_decoder_layers=1)
-    model = Transformer(config)
-    model.build()
-    callback = KeepLastCheckpoints(str(tmp_path), keep=2)
-    callback.set_model(model)
-    for epoch in range(4):
-        callback.on_epoch_end(epoch, {})
-    assert [os.path.basename(p) for p in list_checkpoints(str(tmp_path))] == [
-        "ckpt-00003.weights.h5", "ckpt-00004.weights.h5"]
 
 
 @pytest.mark.parametrize("content, message", [

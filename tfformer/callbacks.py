@@ -1,19 +1,19 @@
-"""Keras callbacks for translation training: dev BLEU, bounded checkpoints, exact step budget."""
+"""Keras callbacks for translation training: dev BLEU, an exact step budget, a deadline.
+
+The epoch checkpoints' callback is `tfformer.checkpoints.KeepLastCheckpoints`.
+"""
 
 from __future__ import annotations
 
-import glob
 import logging
-import os
 import time
 from typing import Sequence
 
 import keras
-import numpy as np
 import sacrebleu
 
 from tfformer import eager_search
-from tfformer.files import atomic_write, remove_temporaries
+from tfformer.batch_translate import translate_in_batches
 from tfformer.layers.kernels import ON_TENSORFLOW
 from tfformer.run_state import optimizer_step
 
@@ -52,11 +52,9 @@ class DevBleu(keras.callbacks.Callback):
         return self._translator.translate_texts(sources)
 
     def translate(self, sources: Sequence[str]) -> list[str]:
-        hypotheses = []
-        for start in range(0, len(sources), self.batch_size):
-            batch = sources[start:start + self.batch_size]
-            hypotheses += [text for text, _ in self._translate_batch(batch)]
-        return hypotheses
+        return [text for batch in translate_in_batches(self._translate_batch, sources,
+                                                       self.batch_size)
+                for text, _ in batch]
 
     def on_epoch_end(self, epoch, logs=None):
         if not self.pairs:
@@ -71,37 +69,6 @@ class DevBleu(keras.callbacks.Callback):
         logger.info("epoch %d: dev BLEU %.2f on %d sentences", epoch + 1, bleu, len(sources))
         for source, hypothesis, reference in self.samples:
             logger.info("  src: %s\n  hyp: %s\n  ref: %s", source, hypothesis, reference)
-
-
-class KeepLastCheckpoints(keras.callbacks.Callback):
-    """Saves the weights after each epoch, atomically, and keeps only the newest `keep` files.
-
-    Args:
-        directory: where `ckpt-EPOCH.weights.h5` files go (EPOCH counts from 1).
-        keep: how many to keep (the paper averages the last 5, §6.1).
-    """
-
-    PATTERN = "ckpt-{epoch:05d}.weights.h5"
-
-    def __init__(self, directory: str, keep: int = 5):
-        super().__init__()
-        if keep < 1:
-            raise ValueError(f"keep must be >= 1, got {keep}")
-        self.directory = directory
-        self.keep = keep
-        remove_temporaries(directory)
-
-    def on_epoch_end(self, epoch, logs=None):
-        # An epoch redone after a kill replaces its checkpoint whole (written aside, renamed).
-        path = os.path.join(self.directory, self.PATTERN.format(epoch=epoch + 1))
-        atomic_write(path, self.model.save_weights)
-        for stale in list_checkpoints(self.directory)[:-self.keep]:
-            os.remove(stale)
-
-
-def list_checkpoints(directory: str) -> list[str]:
-    """Checkpoint files written by KeepLastCheckpoints, oldest first."""
-    return sorted(glob.glob(os.path.join(directory, "ckpt-*.weights.h5")))
 
 
 class StopAtStep(keras.callbacks.Callback):
@@ -149,29 +116,3 @@ class StopAtTime(keras.callbacks.Callback):
         if now + self._epoch_end_cost >= self.deadline:
             self.stopped = True
             self.model.stop_training = True
-
-
-def average_checkpoints(model: keras.Model, paths: Sequence[str]) -> keras.Model:
-    """Sets `model`'s weights to the element-wise mean of the checkpoints at `paths` (§6.1).
-
-    Args:
-        model: a built model with the checkpoints' architecture.
-        paths: `.weights.h5` files saved by `model.save_weights` / KeepLastCheckpoints.
-
-    Returns:
-        the same model, holding the averaged weights.
-    """
-    if not paths:
-        raise ValueError("average_checkpoints needs at least one checkpoint")
-    total = None
-    for path in paths:
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"checkpoint {path} not found")
-        model.load_weights(path)
-        weights = [keras.ops.convert_to_numpy(w).astype(np.float64) for w in model.weights]
-        total = weights if total is None else [t + w for t, w in zip(total, weights)]
-    for variable, summed in zip(model.weights, total):
-        # Float weights are averaged; integer state (e.g. dropout seeds) keeps the last value.
-        if "float" in str(variable.dtype):
-            variable.assign((summed / len(paths)).astype(variable.dtype))
-    return model

@@ -4,7 +4,7 @@ JAX compiles a jitted function once per new input shape, and says so through `ja
 (each backend compile, or load from JAX's compilation cache, is one event naming the
 function); Keras' JAX trainer jits `train_step` and `test_step`. TensorFlow's jit_compile keeps
 one XLA program per input shape too, but tells no Python listener, so there the count is None
-and the batch shapes stand for it (`tfformer.data.BatchStats`).
+and the batch shapes stand for it (`tfformer.data.batching.BatchStats`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ settings (`DecodingConfig`: chosen at translate or export time).
 
 The paper's numbers live in the presets (Vaswani et al. 2017, Table 3) and in the dataclasses'
 defaults. Training settings (label smoothing, warmup, batch tokens, ...) belong to a run:
-`tfformer.run.TrainSettings`.
+`tfformer.settings.TrainSettings`.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import dataclasses
 import json
 from typing import Any
 
+from tfformer.validate import check_at_least, check_fraction, check_non_negative
+
 POSITIONAL_CHOICES = ("sinusoidal", "learned")
 NORM_CHOICES = ("post", "pre")
 # Fields of TransformerConfig that only act during training.
@@ -19,18 +21,6 @@ TRAINING_ONLY = ("dropout", "attention_dropout")
 # Fields that configs written before the architecture/training/decoding split carried.
 LEGACY_FIELDS = ("label_smoothing", "warmup_steps", "beam_size", "length_penalty",
                  "max_output_extra")
-
-
-def check_fraction(name: str, value: Any) -> None:
-    """Raises ValueError naming `name` unless 0 <= value < 1."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        raise ValueError(f"{name} must be a number in [0, 1), got {value!r}")
-
-
-def check_non_negative(name: str, value: Any) -> None:
-    """Raises ValueError naming `name` unless value >= 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ValueError(f"{name} must be a number >= 0, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,13 +92,9 @@ class TransformerConfig:
                 raise ValueError(f"{name} must be an integer, got {value!r}")
         for name in ("d_model", "num_heads", "d_ff", "num_encoder_layers",
                      "num_decoder_layers"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.vocab_size < 5:
-            raise ValueError(
-                f"vocab_size must be >= 5 (4 reserved ids plus one piece), got {self.vocab_size}")
-        if self.max_length < 2:
-            raise ValueError(f"max_length must be >= 2 (BOS and EOS), got {self.max_length}")
+            check_at_least(name, getattr(self, name))
+        check_at_least("vocab_size", self.vocab_size, 5, "4 reserved ids plus one piece")
+        check_at_least("max_length", self.max_length, 2, "BOS and EOS")
         if self.d_model % self.num_heads:
             raise ValueError(
                 f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})")
@@ -175,10 +161,8 @@ class DecodingConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"{name} must be an integer, got {value!r}")
-        if self.beam_size < 1:
-            raise ValueError(f"beam_size must be >= 1, got {self.beam_size}")
-        if self.max_output_extra < 0:
-            raise ValueError(f"max_output_extra must be >= 0, got {self.max_output_extra}")
+        check_at_least("beam_size", self.beam_size)
+        check_at_least("max_output_extra", self.max_output_extra, 0)
         check_non_negative("length_penalty", self.length_penalty)
 
 
@@ -190,11 +174,6 @@ PRESETS: dict[str, TransformerConfig] = {
     "base": TransformerConfig(),
     "big": TransformerConfig(d_model=1024, num_heads=16, d_ff=4096, dropout=0.3),
 }
-
-
-# Warmup (§5.3) of a preset's training when the run does not set one: tiny's runs are short.
-PRESET_WARMUP_STEPS = {"tiny": 400}
-PAPER_WARMUP_STEPS = 4000
 
 
 def get_preset(name: str, **overrides: Any) -> TransformerConfig:

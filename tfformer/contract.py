@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 DEFAULT_SIGNATURE = "serving_default"
 TRANSLATE_SIGNATURE = "translate"
@@ -35,6 +36,23 @@ def has_saved_model(path: str) -> bool:
     return any(os.path.isfile(os.path.join(path, f)) for f in SAVED_MODEL_FILES)
 
 
+def read_saved_model(path: str | os.PathLike) -> Any:
+    """The `SavedModel` proto of the SavedModel directory `path` (saved_model.pb, else
+    .pbtxt); loads TensorFlow's protos, which this module otherwise does not."""
+    from google.protobuf import text_format
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved_model = saved_model_pb2.SavedModel()
+    binary, text = (os.path.join(path, name) for name in SAVED_MODEL_FILES)
+    if os.path.isfile(binary):
+        with open(binary, "rb") as f:
+            saved_model.ParseFromString(f.read())
+    else:
+        with open(text, encoding="utf-8") as f:
+            text_format.Parse(f.read(), saved_model)
+    return saved_model
+
+
 def list_versions(model_base_path: str) -> dict[int, str]:
     """Version number -> directory, for the servable versions under `model_base_path`: the
     integer-named subdirectories that hold a SavedModel."""
@@ -48,6 +66,15 @@ def list_versions(model_base_path: str) -> dict[int, str]:
         if is_version_name(name) and has_saved_model(path):
             versions[int(name)] = path
     return versions
+
+
+def saved_model_dir(path: str) -> str | None:
+    """The SavedModel that `path` names: `path` itself when it holds one, else its highest
+    version (a model base path, TF Serving's `BASE/NAME`); None when it is neither."""
+    if has_saved_model(path):
+        return path
+    versions = list_versions(path)
+    return versions[max(versions)] if versions else None
 
 
 def next_version(model_base_path: str) -> int:

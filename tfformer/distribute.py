@@ -14,6 +14,8 @@ import os
 import sys
 from typing import Any, Callable
 
+from tfformer.validate import check_at_least
+
 
 @dataclasses.dataclass
 class Placement:
@@ -84,8 +86,7 @@ def split_cpu(num_devices: int) -> None:
     without GPUs. Must run before TensorFlow initializes its devices (before any op)."""
     import tensorflow as tf
 
-    if num_devices < 1:
-        raise ValueError(f"num_devices must be >= 1, got {num_devices}")
+    check_at_least("num_devices", num_devices)
     cpu = tf.config.list_physical_devices("CPU")[0]
     try:
         tf.config.set_logical_device_configuration(

@@ -14,7 +14,9 @@ from typing import Callable, Sequence
 
 import sacrebleu
 
-from tfformer.corpus import DataError, read_tsv
+from tfformer.batch_translate import translate_in_batches
+from tfformer.contract import saved_model_dir
+from tfformer.data.sources import DataError, read_tsv
 
 TranslateBatch = Callable[[list[str]], list[str]]
 
@@ -47,19 +49,15 @@ def translate_in_length_order(translate: TranslateBatch, sources: Sequence[str],
     """Translates `sources` in batches of similar length (less padding, shorter searches) and
     returns the hypotheses in the order of `sources`; `progress(n)` is called after each batch
     with the number of sentences done."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     order = sorted(range(len(sources)), key=lambda i: (len(sources[i]), i))
     hypotheses: list[str | None] = [None] * len(sources)
-    for start in range(0, len(order), batch_size):
-        rows = order[start:start + batch_size]
-        translated = translate([sources[i] for i in rows])
-        if len(translated) != len(rows):
-            raise RuntimeError(f"{len(translated)} translations for {len(rows)} sentences")
-        for row, hypothesis in zip(rows, translated):
+    done = 0
+    for translated in translate_in_batches(translate, [sources[i] for i in order], batch_size):
+        for row, hypothesis in zip(order[done:], translated):
             hypotheses[row] = hypothesis
+        done += len(translated)
         if progress:
-            progress(start + len(rows))
+            progress(done)
     return hypotheses  # type: ignore[return-value]
 
 
@@ -92,13 +90,6 @@ def read_test_set(tsv: str | None = None, source_file: str | None = None,
     return sides[0], sides[1], f"{source_file} + {reference_file}"
 
 
-def is_saved_model(path: str) -> bool:
-    """A SavedModel version directory, or a model base path holding versions."""
-    from tfformer.contract import has_saved_model, list_versions
-
-    return has_saved_model(path) or bool(list_versions(path))
-
-
 def load_translate_batch(path: str, *, checkpoint: str | None = None,
                          average: int | None = None, beam_size: int | None = None,
                          length_penalty: float | None = None,
@@ -107,7 +98,7 @@ def load_translate_batch(path: str, *, checkpoint: str | None = None,
     of the model and search for the report."""
     search = {"beam_size": beam_size, "length_penalty": length_penalty,
               "max_output_extra": max_output_extra}
-    if is_saved_model(path):
+    if saved_model_dir(path) is not None:
         if checkpoint or average or any(v is not None for v in search.values()):
             raise ValueError(f"{path} is an exported SavedModel: its weights and search are "
                              "fixed at export (no --checkpoint, --average, --beam-size, ...)")
@@ -118,8 +109,7 @@ def load_translate_batch(path: str, *, checkpoint: str | None = None,
                 {"model": path, "kind": "saved_model", "search": "as exported"})
     if checkpoint and average:
         raise ValueError("give --checkpoint or --average, not both")
-    from tfformer.callbacks import average_checkpoints, list_checkpoints
-    from tfformer.run_dir import RunDir
+    from tfformer.checkpoints import average_last
     from tfformer.translator import load_translator
 
     translator = load_translator(path, **{k: v for k, v in search.items() if v is not None})
@@ -130,10 +120,7 @@ def load_translate_batch(path: str, *, checkpoint: str | None = None,
         translator.model.load_weights(checkpoint)
         weights = checkpoint
     elif average:
-        paths = list_checkpoints(RunDir(path).checkpoints)[-average:]
-        if not paths:
-            raise FileNotFoundError(f"{RunDir(path).checkpoints} holds no checkpoint")
-        average_checkpoints(translator.model, paths)
+        paths = average_last(translator.model, path, average)
         weights = f"average of {', '.join(os.path.basename(p) for p in paths)}"
 
     def translate(batch: list[str]) -> list[str]:

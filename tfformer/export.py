@@ -25,6 +25,7 @@ from tfformer.contract import (
     OUTPUT_SCORES,
     OUTPUT_TRANSLATIONS,
     SIGNATURE_NAMES,
+    read_saved_model,
 )
 from tfformer.translator import Translator
 
@@ -35,11 +36,7 @@ class ExportError(RuntimeError):
 
 def saved_model_ops(export_dir: str | os.PathLike) -> set[str]:
     """Every op type in the SavedModel's graph, functions (and nested functions) included."""
-    from tensorflow.core.protobuf import saved_model_pb2
-
-    saved_model = saved_model_pb2.SavedModel()
-    with open(os.path.join(export_dir, "saved_model.pb"), "rb") as f:
-        saved_model.ParseFromString(f.read())
+    saved_model = read_saved_model(export_dir)
     ops = set()
     for meta_graph in saved_model.meta_graphs:
         ops.update(node.op for node in meta_graph.graph_def.node)

@@ -5,7 +5,8 @@ over it (`os.replace`, atomic on POSIX): a reader finds the old file or the new 
 one. The backup's `state.json` is the commit point: it names the weights file of the last backup,
 its optimizer step and the rows of every finished epoch. `metrics.csv` and the TensorBoard
 scalars are views of that history, rewritten (CSV) or completed (TensorBoard) from it, so a kill
-at any moment leaves neither missing, duplicated nor cut rows once the run resumes.
+at any moment leaves neither missing, duplicated nor cut rows once the run resumes. The weights
+files' names are `tfformer.checkpoints`', beside the epoch checkpoints'.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from tfformer.checkpoints import backup_name, list_backups
 from tfformer.files import atomic_write, atomic_write_text, remove_temporaries
 from tfformer.run_dir import RunDir
+from tfformer.validate import check_at_least
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +80,7 @@ class RunState(keras.callbacks.Callback):
 
     def __init__(self, run_dir: str, backup_every: int, keep_initial_weights: bool = False):
         super().__init__()
-        if backup_every < 1:
-            raise ValueError(f"backup_every must be >= 1, got {backup_every}")
+        check_at_least("backup_every", backup_every)
         self.run = RunDir(run_dir)
         self.backup_dir = self.run.backup
         self.logs_dir = self.run.logs
@@ -108,7 +110,7 @@ class RunState(keras.callbacks.Callback):
         path = os.path.join(self.backup_dir, STATE_FILENAME)
         if not os.path.exists(path):
             # A weights file whose state.json a kill prevented is uncommitted: not a backup.
-            for orphan in glob.glob(os.path.join(self.backup_dir, "step-*.weights.h5")):
+            for orphan in list_backups(self.backup_dir):
                 os.remove(orphan)
             if os.path.isdir(self.backup_dir) and os.listdir(self.backup_dir):
                 # e.g. Keras BackupAndRestore's files, written by tfformer before RunState:
@@ -142,14 +144,14 @@ class RunState(keras.callbacks.Callback):
         return step
 
     def _commit(self, step: int, history: list[dict]) -> None:
-        name = f"step-{step:09d}.weights.h5"
+        name = backup_name(step)
         atomic_write(os.path.join(self.backup_dir, name), self.model.save_weights)
         state = {"step": step, "weights": name, "history": history}
         atomic_write_text(os.path.join(self.backup_dir, STATE_FILENAME),
                           json.dumps(state, indent=1))
         self.state = state
         self._last_backup_step = step
-        for path in glob.glob(os.path.join(self.backup_dir, "step-*.weights.h5")):
+        for path in list_backups(self.backup_dir):
             if os.path.basename(path) != name:
                 os.remove(path)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from tfformer.validate import check_at_least
+
 
 @keras.saving.register_keras_serializable(package="tfformer")
 class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
@@ -26,9 +28,7 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     def __init__(self, d_model: int, warmup_steps: int = 4000, scale: float = 1.0,
                  micro_batches_per_update: int = 1):
-        if micro_batches_per_update < 1:
-            raise ValueError(f"micro_batches_per_update must be >= 1, got "
-                             f"{micro_batches_per_update}")
+        check_at_least("micro_batches_per_update", micro_batches_per_update)
         self.d_model = d_model
         self.warmup_steps = warmup_steps
         self.scale = scale

@@ -53,8 +53,8 @@ def fit_resumable(model: Transformer, train_data, *, run_state: "RunState", tota
     Args:
         model: a compiled Transformer (under its strategy's scope).
         train_data: a function of the number of batches already trained on that returns the
-            endless training batches from there on (`run_data.training_batches` with
-            `trained_batches`): a resumed run then goes on with the data order where it
+            endless training batches from there on (`RunBatches.train` of
+            `tfformer.data.run_data`): a resumed run then goes on with the data order where it
             stopped. Or one endless dataset (make_dataset(repeat=True)), which a resumed run
             reads from its start.
         run_state: the run's RunState; it is put last among the callbacks.

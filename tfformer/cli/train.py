@@ -22,7 +22,11 @@ import sys
 from tfformer.backends import BACKENDS
 from tfformer.cli.console import DefaultsOnceFormatter, start_logging
 from tfformer.precision import CHOICES as PRECISIONS
-from tfformer.run import TrainSettings  # no TensorFlow: --help stays quick
+from tfformer.settings import (  # no TensorFlow: --help stays quick
+    Recipe,
+    TrainingStopped,
+    TrainSettings,
+)
 
 # Every flag of a training setting takes its default from TrainSettings, written once there.
 SETTINGS = {field.name: field.default for field in dataclasses.fields(TrainSettings)}
@@ -114,8 +118,6 @@ def parse_args(argv=None, recipe: str | None = None) -> argparse.Namespace:
     parser.add_argument("--verbose", type=int, default=SETTINGS["verbose"], choices=(0, 1, 2),
                         help="Keras progress output: 0 silent, 1 bar, 2 one line per epoch")
     if recipe:
-        from tfformer.run import Recipe
-
         try:
             loaded = Recipe.load(recipe)
         except (OSError, ValueError, KeyError, TypeError) as error:
@@ -159,7 +161,7 @@ def main(argv=None) -> int:
     except (ValueError, FileNotFoundError, ImportError) as error:
         logger.error("%s", error)
         return 2
-    except run.TrainingStopped as error:
+    except TrainingStopped as error:
         logger.error("%s", error)
         return 1
     except Exception as error:  # noqa: BLE001 (a full disk is named in one line; others raise)

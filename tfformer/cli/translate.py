@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
+from tfformer.batch_translate import translate_in_batches
 from tfformer.cli.console import start_logging
 from tfformer.contract import DEFAULT_SIGNATURE
 from tfformer.serving.defaults import (
@@ -38,17 +39,6 @@ def _stdin_lines() -> Iterator[str]:
         except UnicodeDecodeError as error:
             raise ValueError(f"stdin line {number} is not valid UTF-8 ({error.reason} at byte "
                              f"{error.start})") from None
-
-
-def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
-    chunk: list[str] = []
-    for line in lines:
-        chunk.append(line)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -109,8 +99,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 return translate(batch, args.server, args.model, args.signature, args.timeout,
                                  channel, batch_size=args.batch_size)
 
-        for batch in _chunks(lines, args.batch_size):
-            for translation in run(batch):
+        for batch in translate_in_batches(run, lines, args.batch_size):
+            for translation in batch:
                 if args.scores:
                     print(f"{translation.score:.6g}\t{translation.text}")
                 else:

@@ -13,18 +13,18 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 import grpc
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
+from tfformer.batch_translate import translate_in_batches
 from tfformer.contract import (
     DEFAULT_SIGNATURE,
     INPUT_NAME,
     OUTPUT_SCORES,
     OUTPUT_TRANSLATIONS,
-    has_saved_model,
-    list_versions,
+    saved_model_dir,
 )
 from tfformer.serving.defaults import (
     DEFAULT_BATCH_SIZE,
@@ -63,13 +63,6 @@ def _check_sentences(sentences: Sequence[str]) -> list[str]:
         if not isinstance(sentence, str):
             raise TypeError(f"sentences[{index}] is {type(sentence).__name__}, not str")
     return sentences
-
-
-def _batches(items: Sequence[str], batch_size: int) -> Iterator[Sequence[str]]:
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    for start in range(0, len(items), batch_size):
-        yield items[start:start + batch_size]
 
 
 def _decode(texts: Iterable[Any], scores: Iterable[Any]) -> list[Translation]:
@@ -138,15 +131,17 @@ def translate(
         channel = grpc.insecure_channel(server)
     try:
         stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
-        results: list[Translation] = []
-        for batch in _batches(sentences, batch_size):
+
+        def predict(batch: list[str]) -> list[Translation]:
             request = make_predict_request(batch, model, signature, version)
             try:
                 response = stub.Predict(request, timeout=timeout)
             except grpc.RpcError as error:
                 raise TranslationError(error.code(), error.details() or "", target) from None
-            results.extend(parse_predict_response(response, len(batch), target))
-        return results
+            return parse_predict_response(response, len(batch), target)
+
+        return [translation for batch in translate_in_batches(predict, sentences, batch_size)
+                for translation in batch]
     finally:
         if own_channel:
             channel.close()
@@ -156,26 +151,20 @@ def translate(
 # In process
 
 
-def resolve_saved_model_dir(path: str) -> str:
-    """A SavedModel directory: ``path`` itself when it holds a saved_model.pb, else its highest
-    integer version subdirectory (a TF Serving ``BASE/NAME`` directory)."""
-    if has_saved_model(path):
-        return path
-    versions = list_versions(path)
-    if not versions:
+def load_saved_model(path: str) -> Any:
+    """Load a SavedModel after registering the tf-text ops: ``path`` itself when it holds a
+    saved_model.pb, else its highest integer version subdirectory (a TF Serving ``BASE/NAME``
+    directory)."""
+    found = saved_model_dir(path)
+    if found is None:
         raise FileNotFoundError(f"{path}: neither a SavedModel directory nor a model base path "
                                 f"with version subdirectories")
-    return versions[max(versions)]
-
-
-def load_saved_model(path: str) -> Any:
-    """Load a SavedModel (version dir or ``BASE/NAME`` dir) after registering the tf-text ops."""
     import tensorflow as tf
 
     from tfformer.serving.versions import import_tensorflow_text
 
     import_tensorflow_text()
-    return tf.saved_model.load(resolve_saved_model_dir(path))
+    return tf.saved_model.load(found)
 
 
 def translate_saved_model(sentences: Sequence[str], saved_model: Any,
@@ -191,9 +180,10 @@ def translate_saved_model(sentences: Sequence[str], saved_model: Any,
         raise KeyError(f"signature {signature!r} not in the SavedModel "
                        f"(has: {sorted(saved_model.signatures)})")
     function = saved_model.signatures[signature]
-    results: list[Translation] = []
-    for batch in _batches(sentences, batch_size):
-        outputs = function(**{INPUT_NAME: tf.constant(list(batch), dtype=tf.string)})
-        results.extend(_decode(outputs[OUTPUT_TRANSLATIONS].numpy(),
-                               outputs[OUTPUT_SCORES].numpy()))
-    return results
+
+    def call(batch: list[str]) -> list[Translation]:
+        outputs = function(**{INPUT_NAME: tf.constant(batch, dtype=tf.string)})
+        return _decode(outputs[OUTPUT_TRANSLATIONS].numpy(), outputs[OUTPUT_SCORES].numpy())
+
+    return [translation for batch in translate_in_batches(call, sentences, batch_size)
+            for translation in batch]

@@ -14,10 +14,9 @@ import threading
 from typing import Any, Mapping, Optional
 
 import tensorflow as tf
-from google.protobuf import text_format
-from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
+from tensorflow.core.protobuf import meta_graph_pb2
 
-from tfformer.contract import list_versions
+from tfformer.contract import list_versions, read_saved_model
 from tfformer.serving.defaults import DEFAULT_POLL_SECONDS
 
 logger = logging.getLogger(__name__)
@@ -27,14 +26,7 @@ INIT_OP_SIGNATURE = "__saved_model_init_op"
 
 def read_signature_defs(saved_model_dir: str) -> dict[str, meta_graph_pb2.SignatureDef]:
     """The SignatureDefs of the ``serve`` MetaGraph in ``saved_model.pb`` (or ``.pbtxt``)."""
-    saved_model = saved_model_pb2.SavedModel()
-    pb_path = os.path.join(saved_model_dir, "saved_model.pb")
-    if os.path.isfile(pb_path):
-        with open(pb_path, "rb") as f:
-            saved_model.ParseFromString(f.read())
-    else:
-        with open(os.path.join(saved_model_dir, "saved_model.pbtxt"), encoding="utf-8") as f:
-            text_format.Parse(f.read(), saved_model)
+    saved_model = read_saved_model(saved_model_dir)
     if not saved_model.meta_graphs:
         raise ValueError(f"{saved_model_dir}: the SavedModel has no MetaGraph")
     meta_graph = next(

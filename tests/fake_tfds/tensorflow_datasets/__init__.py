@@ -1,9 +1,10 @@
 """A stand-in for TensorFlow Datasets, put on PYTHONPATH by tests/test_docs.py so that the
 READMEs' `tfds:` commands run without a download.
 
-It implements what `tfformer.corpus.tfds_records` calls: `load(name, split, as_supervised=True,
-data_dir=None)` returns a `tf.data.Dataset` of (source, target) string pairs. Every translation
-data set is a few pairs of the built-in Spanish->English corpus (validation: its dev split).
+It implements what `tfformer.data.sources.tfds_records` calls: `load(name, split,
+as_supervised=True, data_dir=None)` returns a `tf.data.Dataset` of (source, target) string
+pairs. Every translation data set is a few pairs of the built-in Spanish->English corpus
+(validation: its dev split).
 Each call is appended as "NAME SPLIT" to the file named by $FAKE_TFDS_LOG, if set, so that a
 test can tell the fake was used.
 """
@@ -12,7 +13,7 @@ import os
 
 import tensorflow as tf
 
-from tfformer.builtin_corpus import builtin_pairs
+from tfformer.data.builtin import builtin_pairs
 
 SIZES = {"train": 48, "validation": 6, "test": 6}
 

@@ -1,5 +1,6 @@
-"""Tests of tfformer.corpus: data specs, the streaming readers and their line rules, sharding,
-the hold-out, and the one scan that samples the vocabulary."""
+"""Tests of tfformer.data.sources (data specs, the streaming readers and their line rules,
+sharding, the hold-out) and tfformer.data.scan (the one pass that samples the vocabulary), which
+reads through them."""
 
 import collections
 import dataclasses
@@ -7,19 +8,13 @@ import gzip
 import sys
 import types
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfformer.builtin_corpus import builtin_pairs
-from tfformer.corpus import (
-    MAX_HOLDOUT,
-    Counters,
-    DataError,
-    open_corpus,
-    read_tfds,
-    read_tsv,
-    scan,
-)
+from tfformer.data.builtin import builtin_pairs
+from tfformer.data.scan import MAX_HOLDOUT, _BottomK, scan
+from tfformer.data.sources import DataError, open_corpus, read_tfds, read_tsv
 
 
 def _write(tmp_path, name, data: bytes):
@@ -214,10 +209,10 @@ def test_shards_are_disjoint_and_cover_the_data_by_file_or_by_line(tmp_path):
 def test_skipped_lines_are_counted_by_the_stream(tmp_path):
     path = _write(tmp_path, "mixed.tsv.gz", b"a\tb\nno tab\nc\td\n\t\ne\tf\tg\nh\ti\n")
     corpus = open_corpus(f"tsv:{path},{path}", skip_bad_lines=True)
-    counters = Counters()
-    pairs = _all(corpus.train_pairs(skip_bad_lines=True, counters=counters))
+    skipped = tf.Variable(0, dtype=tf.int64)
+    pairs = _all(corpus.train_pairs(skip_bad_lines=True, skipped=skipped))
     assert pairs == [("a", "b"), ("c", "d"), ("h", "i")]
-    assert counters.read()["skipped"] == 3
+    assert int(skipped.numpy()) == 3
 
 
 def test_reverse_swaps_the_stream_and_the_dev_set(tmp_path):
@@ -313,7 +308,25 @@ def test_vocabulary_sample_is_bounded_uniform_and_seeded(tmp_path):
     assert len(set(numbers)) == 500
     quarters = collections.Counter(n * 4 // 20000 for n in numbers)
     assert all(90 <= quarters[q] <= 160 for q in range(4)), quarters  # ~125 each
-    assert scan(corpus, sample_sentences=1000, seed=1).sample == found.sample
-    assert scan(corpus, sample_sentences=1000, seed=2).sample != found.sample
+    assert scan(corpus, sample_sentences=1000, seed=1).sample[:] == found.sample[:]
+    assert scan(corpus, sample_sentences=1000, seed=2).sample[:] != found.sample[:]
     # A sample larger than the corpus is the whole corpus.
     assert len(scan(corpus, sample_sentences=10**6).sample) == 40000
+
+
+def test_bottom_k_keeps_the_smallest_keys_holding_little_more_than_k():
+    # The vocabulary sample's text is most of the scan's memory: at no point may the sampler
+    # hold much more than k items (a compaction only once k more were pending held 2 k).
+    rng = np.random.default_rng(0)
+    k, batch = 4000, 512
+    sampler, everything, most_held = _BottomK(k), [], 0
+    for _ in range(200):
+        keys = rng.random(batch)
+        texts = np.array([f"{key:.17f}".encode() for key in keys], dtype=object)
+        sampler.offer(keys, texts, texts)
+        everything.append(keys)
+        most_held = max(most_held, len(sampler.keys) + sampler._pending_size)
+    assert most_held <= k + k // 16 + batch
+    keys, sources, targets = sampler.sorted()
+    assert np.array_equal(keys, np.sort(np.concatenate(everything))[:k])
+    assert [float(s) for s in sources] == pytest.approx(list(keys), abs=1e-15)

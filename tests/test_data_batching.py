@@ -1,4 +1,5 @@
-"""Tests of tfformer.data (readers, --data specs, tf.data pipeline) and tfformer.builtin_corpus."""
+"""Tests of tfformer.data.batching (the tf.data pipeline: tokenized in the graph, bucketed by
+length under a token budget) and of the bucket grid, tfformer.data.buckets."""
 
 import collections
 import os
@@ -11,86 +12,11 @@ import pytest
 import tensorflow as tf
 
 import tfformer
-from tfformer import builtin_corpus as bc
-from tfformer.buckets import bucket_lengths
-from tfformer.builtin_corpus import NounPhrase, Sentence, builtin_pairs, render
-from tfformer.corpus import Counters
-from tfformer.data import BatchStats, make_dataset, make_eval_dataset, make_stream
+from tfformer.data.batching import BatchStats, make_dataset, make_eval_dataset, make_stream
+from tfformer.data.buckets import bucket_lengths
+from tfformer.data.builtin import builtin_pairs
 from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from tfformer.tokenizer import Tokenizer
-
-# ---------------------------------------------------------------------------------------------
-# Built-in corpus
-# ---------------------------------------------------------------------------------------------
-
-
-def test_builtin_corpus_is_deterministic_and_seeded():
-    first = builtin_pairs("train", 300, seed=0)
-    assert builtin_pairs("train", 300, seed=0) == first
-    assert builtin_pairs("train", 100, seed=0) == first[:100]  # n only truncates
-    other = builtin_pairs("train", 300, seed=1)
-    assert len(set(first) & set(other)) < 30  # a different seed, a different corpus
-
-
-def test_builtin_splits_are_disjoint_and_sized():
-    train = builtin_pairs("train")
-    dev = builtin_pairs("dev")
-    test = builtin_pairs("test", 200)
-    assert (len(train), len(dev)) == (20000, 500)
-    train_sources = {s for s, _ in train}
-    assert not train_sources & {s for s, _ in dev}
-    assert not train_sources & {s for s, _ in test}
-    assert not {s for s, _ in dev} & {s for s, _ in test}
-    # Sentence lengths and vocabulary: big enough to learn from, small enough to learn.
-    lengths = [len(s.split()) for s, _ in train]
-    assert min(lengths) >= bc.MIN_WORDS and max(lengths) <= bc.MAX_WORDS
-    es_words = {w.strip(".").lower() for s, _ in train for w in s.split()}
-    en_words = {w.strip(".").lower() for _, t in train for w in t.split()}
-    assert 300 < len(es_words) < 2000 and 300 < len(en_words) < 2000
-
-
-def test_builtin_reorders_adjectives_and_agrees():
-    sentence = Sentence(
-        subject=NounPhrase("perro", plural=True, count=3, adjectives=("rojo",)), verb="comer",
-        obj=NounPhrase("manzana", plural=True, det="none", adjectives=("verde",)))
-    assert render(sentence) == ("Los tres perros rojos comen manzanas verdes.",
-                                "The three red dogs eat green apples.")
-    # Gender agreement of number and adjective, personal "a" + contraction, do-support.
-    sentence = Sentence(
-        subject=NounPhrase("niña", det="this", adjectives=("pequeño",)), verb="ayudar",
-        negated=True, obj=NounPhrase("hombre", possessor=NounPhrase("mujer", plural=True)),
-        pp=("cerca de", NounPhrase("río")), time="hoy")
-    assert render(sentence) == (
-        "Esta niña pequeña no ayuda al hombre de las mujeres cerca del río hoy.",
-        "This small girl does not help the women's man near the river today.")
-    sentence = Sentence(subject="nosotras", drop_pronoun=True, verb="comprar",
-                        obj=NounPhrase("manzana", plural=True, det="none", count=201,
-                                       adjectives=("rojo", "grande")))
-    assert render(sentence) == ("Compramos doscientas una manzanas rojas y grandes.",
-                                "We buy two hundred one red and big apples.")
-    sentence = Sentence(kind="exist", pp=("en", NounPhrase("jardín")),
-                        obj=NounPhrase("elefante", det="indef", adjectives=("viejo",)))
-    assert render(sentence) == ("Hay un elefante viejo en el jardín.",
-                                "There is an old elephant in the garden.")
-
-
-def test_numbers():
-    assert bc.number_to_spanish(342) == "trescientos cuarenta y dos"
-    assert bc.number_to_english(342) == "three hundred forty-two"
-    assert bc.number_to_spanish(21) == "veintiún"
-    assert bc.number_to_spanish(21, feminine=True) == "veintiuna"
-    assert bc.number_to_spanish(100) == "cien" and bc.number_to_spanish(101) == "ciento un"
-    assert bc.number_to_spanish(515, feminine=True) == "quinientas quince"
-    assert bc.number_to_english(100) == "one hundred" and bc.number_to_english(17) == "seventeen"
-    assert bc.number_to_english(90) == "ninety" and bc.number_to_english(999) == (
-        "nine hundred ninety-nine")
-    with pytest.raises(ValueError):
-        bc.number_to_spanish(1000)
-
-
-# ---------------------------------------------------------------------------------------------
-# tf.data pipeline
-# ---------------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -189,17 +115,17 @@ def test_overlength_pairs_are_dropped_and_counted_exactly(tokenizer, pairs):
 def test_stream_batches_every_pair_once_and_counts_the_dropped_ones(tokenizer, pairs):
     lengths = [len(t) + 1 for t in tokenizer.tokenize(tf.constant([s for s, _ in pairs])).to_list()]
     max_length = int(np.median(lengths))
-    counters = Counters()
+    dropped = tf.Variable(0, dtype=tf.int64)
     strings = tf.data.Dataset.from_tensor_slices(([s for s, _ in pairs], [t for _, t in pairs]))
     dataset = make_stream(strings, tokenizer, batch_tokens=512, max_length=max_length,
-                          counters=counters, seed=2, shuffle_buffer_size=64)
+                          dropped=dropped, seed=2, shuffle_buffer_size=64)
     rows, pad_rows, _ = _rows(dataset, 512, max_length)
-    expected, dropped = _expected_rows(pairs, tokenizer, max_length)
+    expected, expected_dropped = _expected_rows(pairs, tokenizer, max_length)
     assert collections.Counter(rows) == collections.Counter(expected) and pad_rows > 0
-    assert counters.read() == {"dropped": dropped, "skipped": 0} and dropped > len(pairs) // 4
+    assert int(dropped.numpy()) == expected_dropped and expected_dropped > len(pairs) // 4
     # Counted as they go by: a second pass counts them again.
     _rows(dataset, 512, max_length)
-    assert counters.read()["dropped"] == 2 * dropped
+    assert int(dropped.numpy()) == 2 * expected_dropped
     with pytest.raises(ValueError, match="batch_tokens"):
         make_stream(strings, tokenizer, batch_tokens=30, max_length=40)
 
@@ -280,8 +206,8 @@ def test_pipeline_works_with_fit_under_mirrored_strategy(tmp_path):
             cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
         import keras
         keras.utils.set_random_seed(0)  # before the tokenizer exists (tf-text resource)
-        from tfformer.builtin_corpus import builtin_pairs
-        from tfformer.data import make_dataset, make_eval_dataset
+        from tfformer.data.batching import make_dataset, make_eval_dataset
+        from tfformer.data.builtin import builtin_pairs
         from tfformer.tokenizer import Tokenizer
         pairs = builtin_pairs("train", 400)
         tok = Tokenizer.train([s for p in pairs for s in p], 200)

@@ -1,10 +1,10 @@
-"""The `tf.data` training pipeline: tokenize in the graph, bucket by length under a token budget.
+"""Batching: tokenize in the tf.data graph, bucket by length under a token budget.
 
 Two entry points share one batching graph:
 
 * `make_stream` batches an endless stream of (source, target) strings, such as
-  `tfformer.corpus.Corpus.train_pairs`: a bounded shuffle buffer, over-length pairs dropped and
-  counted in `Counters.dropped` as they go by. Nothing is read ahead of the first batch.
+  `tfformer.data.sources.Corpus.train_pairs`: a bounded shuffle buffer, over-length pairs dropped
+  and counted (in a `dropped` variable) as they go by. Nothing is read ahead of the first batch.
 * `make_dataset` batches pairs held in memory (dev and test sets, small corpora) and counts them
   exactly beforehand (`PipelineInfo`), so that its finite datasets have a known cardinality.
 
@@ -14,10 +14,10 @@ budget (paper §5.1).
 
 Batches come in a small, known set of shapes, so that XLA (TensorFlow's jit_compile, JAX)
 compiles each step once per shape, not once per batch: the bucket lengths lie on a fixed
-geometric grid (`bucket_lengths`), both sides of a batch are padded with PAD_ID to its bucket's
-length, each bucket has a fixed number of rows from the token budget, and a finite dataset's
-last, partial batch of a bucket is filled up with rows of PAD only (which the PAD-masked loss and
-metrics ignore). `BatchStats` counts the shapes and the padding as the batches go by.
+geometric grid (`tfformer.data.buckets`), both sides of a batch are padded with PAD_ID to its
+bucket's length, each bucket has a fixed number of rows from the token budget, and a finite
+dataset's last, partial batch of a bucket is filled up with rows of PAD only (which the PAD-masked
+loss and metrics ignore). `BatchStats` counts the shapes and the padding as the batches go by.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import tensorflow as tf
 
-from tfformer.buckets import DEFAULT_BUCKET_GROWTH, bucket_batch_sizes, bucket_lengths
-from tfformer.corpus import Counters, Pair, ParallelText
+from tfformer.data.buckets import DEFAULT_BUCKET_GROWTH, bucket_batch_sizes, bucket_lengths
+from tfformer.data.sources import Pair, ParallelText
 from tfformer.special_tokens import PAD_ID
 
 if TYPE_CHECKING:
@@ -293,7 +293,7 @@ class BatchStats:
 
 
 def make_stream(pairs: tf.data.Dataset, tokenizer: "Tokenizer", *, batch_tokens: int,
-                max_length: int, counters: Counters | None = None, seed: int = 0,
+                max_length: int, dropped: tf.Variable | None = None, seed: int = 0,
                 shuffle_buffer_size: int = 100_000, batch_multiple: int = 1,
                 bucket_growth: float = DEFAULT_BUCKET_GROWTH, min_bucket_length: int = 8,
                 stats: BatchStats | None = None,
@@ -303,7 +303,7 @@ def make_stream(pairs: tf.data.Dataset, tokenizer: "Tokenizer", *, batch_tokens:
     The same batches as `make_dataset(repeat=True)` (see there for the token budget and
     batch_multiple), but nothing is counted or read in advance: pairs go through a bounded
     shuffle buffer (files are shuffled by the corpus), and pairs longer than max_length are
-    dropped as they come and counted in `counters.dropped`.
+    dropped as they come and counted in `dropped`.
 
     Args:
         pairs: endless (source, target) tf.string elements, e.g. `Corpus.train_pairs(
@@ -311,7 +311,8 @@ def make_stream(pairs: tf.data.Dataset, tokenizer: "Tokenizer", *, batch_tokens:
         tokenizer: the shared Tokenizer.
         batch_tokens, max_length, batch_multiple, bucket_growth, min_bucket_length,
             stats, tokenize_batch_size: as for `make_dataset`.
-        counters: where dropped pairs are counted (None: not counted).
+        dropped: an int64 variable the dropped pairs are added to (e.g. a run's
+            `Counters.dropped`; None: not counted).
         seed: shuffle seed.
         shuffle_buffer_size: pairs held in the shuffle buffer (0: no shuffle).
 
@@ -325,8 +326,7 @@ def make_stream(pairs: tf.data.Dataset, tokenizer: "Tokenizer", *, batch_tokens:
         pairs = pairs.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=True)
     dataset = _batch_by_length(
         pairs, tokenizer, grid=grid, batch_sizes=batch_sizes, stats=stats,
-        tokenize_batch_size=tokenize_batch_size,
-        dropped=counters.dropped if counters is not None else None)
+        tokenize_batch_size=tokenize_batch_size, dropped=dropped)
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 

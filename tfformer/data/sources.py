@@ -1,22 +1,20 @@
-"""Parallel text: data specs, streaming readers, and the one pass that samples the vocabulary.
+"""Where the parallel text comes from: data specs, the TSV / TFDS / built-in readers, file checks.
 
 A data spec (what `tfformer-train --data` takes) names a `Corpus`:
 
-* ``builtin`` or ``builtin:N`` – the synthetic Spanish→English corpus (`tfformer.builtin_corpus`);
+* ``builtin`` or ``builtin:N`` – the synthetic Spanish→English corpus (`tfformer.data.builtin`);
 * ``tsv:TRAIN[,DEV]`` – UTF-8 ``source<TAB>target`` lines. TRAIN is one or more files or glob
   patterns joined by ``+`` (``tsv:data/train-*.tsv.gz+extra.tsv,data/dev.tsv``); ``.gz`` files
   are read as gzip. Without DEV, a seeded hash of each pair holds 1 % of TRAIN out of training
-  and the first 1000 of those are the dev set;
+  and the first 1000 of those are the dev set (`tfformer.data.scan` finds them);
 * ``tfds:NAME`` – a TensorFlow Datasets translation set, e.g. ``ted_hrlr_translate/pt_to_en``;
 * ``reverse:SPEC`` – SPEC with source and target swapped.
 
 The training side is never held in memory: `Corpus.records` streams it with `tf.data` (file-level
-shuffling, sharding per worker) and checks every line in the graph by the rules of `read_tsv`.
-A bad line raises `DataError` naming the file and the 1-based line, or is skipped and counted
-with `skip_bad_lines`. `scan` reads the training side once, in order: it reports the first bad
-line before training starts, counts the pairs, collects the held-out dev pairs and draws the
-bounded random sample the vocabulary is trained on (§5.1), so that neither time nor memory of
-the vocabulary grows with the corpus.
+shuffling, sharding per worker) and checks every line in the graph by the rules of
+`parse_tsv_lines`. A bad line raises `DataError` naming the file and the 1-based line, or is
+skipped and counted with `skip_bad_lines`. Dev and test sets are read into memory by the same
+rules: `read_tsv` is the one TSV reader (`tfformer.evaluate` reads test sets with it).
 """
 
 from __future__ import annotations
@@ -31,12 +29,10 @@ from typing import Iterator, Sequence
 import numpy as np
 import tensorflow as tf
 
-from tfformer import builtin_corpus
+from tfformer.data.builtin import builtin_pairs
 
 Pair = tuple[str, str]
 
-HOLDOUT_FRACTION = 0.01  # of TRAIN held out as dev when no DEV file is given...
-MAX_HOLDOUT = 1000  # ...but at most this many pairs (and at least one)
 TFDS_DEV_SPLIT = "validation"  # newstest2013 for wmt14_translate
 # A bad line found inside the tf.data graph fails it with MARK + "FILE:LINE: reason" + END.
 DATA_ERROR_MARK = "tfformer data error: "
@@ -283,22 +279,6 @@ def _stop_at_bad_records(records: dict) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
-class Counters:
-    """Running counts of a training stream, kept in tf.Variables the pipeline increments.
-
-    Attributes:
-        skipped: bad lines skipped (with skip_bad_lines).
-        dropped: pairs dropped as longer than max_length (see `tfformer.data.make_stream`).
-    """
-
-    def __init__(self):
-        self.skipped = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_lines")
-        self.dropped = tf.Variable(0, dtype=tf.int64, trainable=False, name="dropped_pairs")
-
-    def read(self) -> dict[str, int]:
-        return {"skipped": int(self.skipped.numpy()), "dropped": int(self.dropped.numpy())}
-
-
 @dataclasses.dataclass(frozen=True)
 class Corpus:
     """What a data spec names: a training stream and, unless held out, the dev pairs.
@@ -307,10 +287,10 @@ class Corpus:
         spec: the data spec.
         kind: "builtin", "tsv" or "tfds".
         files: the TSV training files (glob patterns expanded), or the builtin/tfds name.
-        dev: the dev pairs, or None when they are held out of the training files (`scan`
-            collects them).
+        dev: the dev pairs, or None when they are held out of the training files
+            (`tfformer.data.scan.scan` collects them).
         holdout_threshold: pairs whose `holdout_key` is at most this are held out of the
-            training stream (what `scan` found; needed when dev is None).
+            training stream (what the scan found; needed when dev is None).
         swap: source and target are swapped (reverse:SPEC).
         seed: seed of the built-in corpus and of the hold-out hash.
         builtin_size: training pairs of the built-in corpus (None: all).
@@ -347,7 +327,7 @@ class Corpus:
         else:
             if self.kind == "builtin":
                 elements = pair_records(
-                    builtin_corpus.builtin_pairs("train", self.builtin_size, self.seed),
+                    builtin_pairs("train", self.builtin_size, self.seed),
                     "builtin:train")
             else:
                 elements = tfds_records(self.files[0], "train")
@@ -360,14 +340,15 @@ class Corpus:
             records = records.map(lambda r: {**r, "source": r["target"], "target": r["source"]})
         return records
 
-    def train_pairs(self, *, skip_bad_lines: bool = False, counters: Counters | None = None,
+    def train_pairs(self, *, skip_bad_lines: bool = False, skipped: tf.Variable | None = None,
                     shuffle_files: bool = False, seed: int = 0, repeat: bool = False,
                     num_shards: int = 1, shard_index: int = 0) -> tf.data.Dataset:
         """The training stream: (source, target) strings of the good, not held-out pairs.
 
         A bad line fails the iteration with an error that `DataError.from_graph_error` turns
         into a DataError naming its file and line; with `skip_bad_lines` it is skipped and
-        counted in `counters.skipped`.
+        counted in `skipped` (an int64 tf.Variable, e.g. a run's `Counters.skipped`) as the
+        stream goes by.
         """
         if self.holds_out_dev and self.holdout_threshold is None:
             raise ValueError("a corpus that holds out its dev set needs the holdout_threshold "
@@ -379,9 +360,9 @@ class Corpus:
 
         def keep(batch):
             good = tf.equal(batch["reason"], "")
-            if skip_bad_lines and counters is not None:
-                skipped = tf.reduce_sum(1 - tf.cast(good, tf.int64))
-                with tf.control_dependencies([counters.skipped.assign_add(skipped)]):
+            if skip_bad_lines and skipped is not None:
+                bad = tf.reduce_sum(1 - tf.cast(good, tf.int64))
+                with tf.control_dependencies([skipped.assign_add(bad)]):
                     good = tf.identity(good)
             if self.holds_out_dev:
                 good &= holdout_key(batch, self.seed) > self.holdout_threshold
@@ -445,7 +426,7 @@ def open_corpus(spec: str, *, skip_bad_lines: bool = False, seed: int = 0) -> Co
             size = int(rest) if rest.isdigit() else -1
             if size < 1:
                 raise ValueError(f"data spec {spec!r}: N in builtin:N must be a positive integer")
-        dev = ParallelText(builtin_corpus.builtin_pairs("dev", None, seed), "builtin:dev")
+        dev = ParallelText(builtin_pairs("dev", None, seed), "builtin:dev")
         return Corpus(spec, "builtin", ("builtin",), dev, seed=seed, builtin_size=size)
     if kind == "tsv":
         parts = rest.split(",") if rest else []
@@ -474,12 +455,12 @@ def open_corpus(spec: str, *, skip_bad_lines: bool = False, seed: int = 0) -> Co
 
 
 # ---------------------------------------------------------------------------------------------
-# Reading into memory (dev and test sets) and the one pass over the training side
+# Reading into memory (dev and test sets)
 # ---------------------------------------------------------------------------------------------
 
 
-def _checked_batches(records: tf.data.Dataset, skip_bad_lines: bool
-                     ) -> Iterator[tuple[dict[str, np.ndarray], np.ndarray]]:
+def checked_batches(records: tf.data.Dataset, skip_bad_lines: bool
+                    ) -> Iterator[tuple[dict[str, np.ndarray], np.ndarray]]:
     """(record batch as NumPy, bad-line mask); raises DataError at the first bad line unless
     skip_bad_lines."""
     for batch in records.prefetch(2).as_numpy_iterator():
@@ -491,18 +472,19 @@ def _checked_batches(records: tf.data.Dataset, skip_bad_lines: bool
         yield batch, bad
 
 
-def _decode(values: np.ndarray) -> list[str]:
+def utf8_strings(values: np.ndarray) -> list[str]:
+    """A NumPy array of UTF-8 bytes (a tf.string tensor's value) as Python strings."""
     return [value.decode("utf-8") for value in values]
 
 
 def _collect(records: tf.data.Dataset, origin: str, skip_bad_lines: bool) -> ParallelText:
     pairs: list[Pair] = []
     skipped: list[tuple[int, str]] = []
-    for batch, bad in _checked_batches(records, skip_bad_lines):
+    for batch, bad in checked_batches(records, skip_bad_lines):
         skipped += [(int(n), r.decode()) for n, r in
                     zip(batch["line"][bad], batch["reason"][bad])]
         good = ~bad
-        pairs += zip(_decode(batch["source"][good]), _decode(batch["target"][good]))
+        pairs += zip(utf8_strings(batch["source"][good]), utf8_strings(batch["target"][good]))
     if not pairs:
         raise DataError(origin, None, f"no valid line ({len(skipped)} bad lines skipped)")
     return ParallelText(pairs, origin, skipped)
@@ -529,128 +511,3 @@ def read_tfds(name: str, split: str = "train", *, skip_bad_lines: bool = False,
     """Reads a TensorFlow Datasets translation split into memory (see `tfds_records`)."""
     return _collect(batch_records(tfds_records(name, split, data_dir)),
                     f"tfds:{name}[{split}]", skip_bad_lines)
-
-
-@dataclasses.dataclass(frozen=True)
-class Scan:
-    """What one ordered pass over the training side found.
-
-    Attributes:
-        num_pairs: good training pairs (held-out ones not included).
-        num_bad: bad lines skipped.
-        bad_lines: ("FILE:LINE", reason) of the first bad lines skipped (at most 20).
-        sample: the vocabulary sample: sentences of a uniform random sample of the good pairs
-            (both sides), at most `sample_sentences`.
-        dev: the held-out dev pairs, or None (DEV given).
-        holdout_threshold: the `holdout_key` bound of the held-out pairs (see Corpus), or None.
-        num_held_out: pairs held out of training (duplicates of dev pairs included).
-    """
-
-    num_pairs: int
-    num_bad: int
-    bad_lines: list[tuple[str, str]]
-    sample: list[str]
-    dev: ParallelText | None
-    holdout_threshold: int | None
-    num_held_out: int
-
-
-class _BottomK:
-    """The k items with the smallest keys seen so far, in O(k) memory (bottom-k sampling).
-
-    Offers go to a pending buffer, compacted to the k smallest once it holds k more items, so
-    each item costs O(1) amortized; once k items are kept, only keys below the k-th smallest
-    kept key can still enter, and they are the only ones buffered.
-    """
-
-    def __init__(self, k: int, key_dtype=np.float64):
-        self.k = k
-        self.keys = np.zeros([0], key_dtype)
-        self.sources = np.zeros([0], object)
-        self.targets = np.zeros([0], object)
-        self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        self._pending_size = 0
-        self._bound = None  # the k-th smallest kept key, once k are kept
-
-    def offer(self, keys: np.ndarray, sources: np.ndarray, targets: np.ndarray) -> None:
-        if self._bound is not None:
-            below = keys < self._bound
-            keys, sources, targets = keys[below], sources[below], targets[below]
-        if len(keys):
-            self._pending.append((keys, sources, targets))
-            self._pending_size += len(keys)
-            if self._pending_size >= self.k:
-                self._compact()
-
-    def _compact(self) -> None:
-        if not self._pending:
-            return
-        self.keys = np.concatenate([self.keys, *(p[0] for p in self._pending)])
-        self.sources = np.concatenate([self.sources, *(p[1] for p in self._pending)])
-        self.targets = np.concatenate([self.targets, *(p[2] for p in self._pending)])
-        self._pending, self._pending_size = [], 0
-        if len(self.keys) > self.k:
-            chosen = np.argpartition(self.keys, self.k - 1)[:self.k]
-            self.keys, self.sources, self.targets = (
-                self.keys[chosen], self.sources[chosen], self.targets[chosen])
-        if len(self.keys) >= self.k:
-            self._bound = self.keys.max()
-
-    def sorted(self) -> tuple[np.ndarray, list[str], list[str]]:
-        self._compact()
-        order = np.argsort(self.keys, kind="stable")
-        return self.keys[order], _decode(self.sources[order]), _decode(self.targets[order])
-
-
-def scan(corpus: Corpus, *, sample_sentences: int, skip_bad_lines: bool = False,
-         seed: int = 0) -> Scan:
-    """Reads the training side once, in file order, in bounded memory (see the module doc).
-
-    The vocabulary sample is uniform over the good pairs: each gets a seeded random key and the
-    pairs with the smallest keys are kept. Without a DEV file, the pairs with the smallest
-    `holdout_key` are held out: HOLDOUT_FRACTION of the pairs, at least 1 and at most
-    MAX_HOLDOUT, found the same way.
-
-    Raises:
-        DataError: on the first bad line (unless skip_bad_lines), or if no line is good.
-    """
-    if sample_sentences < 2:
-        raise ValueError(f"sample_sentences must be >= 2, got {sample_sentences}")
-    rng = np.random.default_rng(seed)
-    sample = _BottomK((sample_sentences + 1) // 2)  # pairs: a source and a target sentence each
-    held_out = _BottomK(MAX_HOLDOUT, np.int64) if corpus.holds_out_dev else None
-    num_pairs = num_bad = 0
-    bad_lines: list[tuple[str, str]] = []
-    records = corpus.records(in_order=True)
-    if held_out is not None:
-        records = records.map(lambda r: {**r, "holdout_key": holdout_key(r, corpus.seed)})
-    for batch, bad in _checked_batches(records, skip_bad_lines):
-        num_bad += int(bad.sum())
-        for origin, line, reason in zip(batch["origin"][bad][:20 - len(bad_lines)],
-                                        batch["line"][bad], batch["reason"][bad]):
-            bad_lines.append((f"{origin.decode()}:{line}", reason.decode()))
-        good = ~bad
-        num_pairs += int(good.sum())
-        sources, targets = batch["source"][good], batch["target"][good]
-        sample.offer(rng.random(len(sources)), sources, targets)
-        if held_out is not None:
-            held_out.offer(batch["holdout_key"][good], sources, targets)
-    if not num_pairs:
-        raise DataError(", ".join(corpus.files), None,
-                        f"no valid training line ({num_bad} bad lines skipped)")
-    dev = threshold = None
-    num_held_out = 0
-    if held_out is not None:
-        if num_pairs < 2:
-            raise DataError(", ".join(corpus.files), None,
-                            "need at least 2 pairs to hold out a dev set")
-        wanted = min(MAX_HOLDOUT, max(1, round(num_pairs * HOLDOUT_FRACTION)))
-        keys, sources, targets = held_out.sorted()
-        threshold = int(keys[wanted - 1])
-        num_held_out = int((keys <= threshold).sum())
-        dev = ParallelText(list(dict.fromkeys(zip(sources[:wanted], targets[:wanted]))),
-                           f"{corpus.spec} (held out)")
-    _, sources, targets = sample.sorted()  # in key order: deterministic for a seed
-    sentences = [sentence for pair in zip(sources, targets) for sentence in pair]
-    return Scan(num_pairs - num_held_out, num_bad, bad_lines, sentences[:sample_sentences], dev,
-                threshold, num_held_out)

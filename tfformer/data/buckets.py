@@ -1,7 +1,7 @@
 """The grid of batch shapes: bucket lengths and rows per bucket (no TensorFlow here).
 
 Batches come in a small, known set of shapes so that XLA compiles each step once per shape:
-`tfformer.data` pads every batch to its bucket's length and gives it the bucket's rows.
+`tfformer.data.batching` pads every batch to its bucket's length and gives it the bucket's rows.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
-"""The data side of a training run: the one scan, the vocabulary, the dev set, the stream.
+"""What one run trains and validates on: the one scan, the vocabulary, the dev set, the batches.
 
-On a new run the chief reads the training side once (`tfformer.corpus.scan`): it fails on the
+`prepare` gets a run's corpus, vocabulary and dev set; `assemble` turns them into the run's
+training stream, dev batches and the counts it logs (`RunBatches`).
+
+On a new run the chief reads the training side once (`tfformer.data.scan`): it fails on the
 first bad line before any training, counts the pairs, keeps the held-out dev pairs in
 ``RUN/dev.tsv`` and trains the vocabulary on a bounded sample. What it found goes to
 ``RUN/data.json``, which also caches the batches per pass that `--epochs` needs, so that count is
@@ -10,18 +13,21 @@ made once per run. A resumed run or another worker reads these files and never s
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
 import time
+from typing import Callable
 
 import keras
 import tensorflow as tf
 
 from tfformer import compilations
-from tfformer.buckets import DEFAULT_BUCKET_GROWTH
-from tfformer.corpus import Corpus, Counters, ParallelText, open_corpus, read_tsv, scan
-from tfformer.data import BatchStats, make_stream
+from tfformer.data.batching import BatchStats, make_eval_dataset, make_stream
+from tfformer.data.buckets import DEFAULT_BUCKET_GROWTH
+from tfformer.data.scan import scan
+from tfformer.data.sources import Corpus, ParallelText, open_corpus, read_tsv
 from tfformer.files import atomic_write_text
 from tfformer.run_dir import RunDir
 from tfformer.tokenizer import Tokenizer
@@ -65,17 +71,17 @@ class RunData:
     dev: ParallelText
 
 
-def prepare(run: RunDir, *, chief: bool, data: str, skip_bad_lines: bool, seed: int,
+def prepare(run: RunDir, *, chief: bool, spec: str, skip_bad_lines: bool, seed: int,
             vocab_size: int, vocab_sample: int) -> RunData:
-    """Opens the corpus and gets the run's vocabulary and dev set: from the run directory when
-    it has them, else (chief only) by scanning the training side once. Other workers wait for
-    the chief's files.
+    """Opens the corpus that the data spec `spec` names and gets the run's vocabulary and dev
+    set: from the run directory when it has them, else (chief only) by scanning the training
+    side once. Other workers wait for the chief's files.
 
     Raises:
         DataError: a bad line (unless skip_bad_lines), a missing or empty file.
         ValueError: a malformed data spec, or a run directory started on other data.
     """
-    corpus = open_corpus(data, skip_bad_lines=skip_bad_lines, seed=seed)
+    corpus = open_corpus(spec, skip_bad_lines=skip_bad_lines, seed=seed)
     stats = read_stats(run)
     started_on = stats.get("spec")
     if started_on is not None and started_on != corpus.spec and os.path.exists(run.tokenizer):
@@ -122,6 +128,26 @@ def prepare(run: RunDir, *, chief: bool, data: str, skip_bad_lines: bool, seed: 
     return RunData(corpus, tokenizer, dev)
 
 
+class Counters:
+    """Running counts of a run's training stream, kept in tf.Variables the pipeline increments.
+
+    Each stage counts in its own variable (`Corpus.train_pairs` the bad lines it skips,
+    `make_stream` the over-length pairs it drops); the run keeps the two together because
+    `LogDataCounters` logs both after each epoch.
+
+    Attributes:
+        skipped: bad lines skipped (with skip_bad_lines).
+        dropped: pairs dropped as longer than max_length.
+    """
+
+    def __init__(self):
+        self.skipped = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_lines")
+        self.dropped = tf.Variable(0, dtype=tf.int64, trainable=False, name="dropped_pairs")
+
+    def read(self) -> dict[str, int]:
+        return {"skipped": int(self.skipped.numpy()), "dropped": int(self.dropped.numpy())}
+
+
 def training_batches(data: RunData, trained_batches: int = 0, *, batch_tokens: int,
                      max_length: int, seed: int, skip_bad_lines: bool = False,
                      batch_multiple: int = 1,
@@ -139,11 +165,13 @@ def training_batches(data: RunData, trained_batches: int = 0, *, batch_tokens: i
     (`stats` and `counters` count them too). Build the stream anew for each start: a second
     iterator of the same dataset would see another shuffle.
     """
+    skipped = counters.skipped if counters is not None else None
+    dropped = counters.dropped if counters is not None else None
     pairs = data.corpus.train_pairs(
-        skip_bad_lines=skip_bad_lines, counters=counters, shuffle_files=True, seed=seed,
+        skip_bad_lines=skip_bad_lines, skipped=skipped, shuffle_files=True, seed=seed,
         repeat=True, num_shards=num_workers, shard_index=worker_index)
     batches = make_stream(pairs, data.tokenizer, batch_tokens=batch_tokens,
-                          max_length=max_length, counters=counters, seed=seed,
+                          max_length=max_length, dropped=dropped, seed=seed,
                           shuffle_buffer_size=shuffle_buffer_size,
                           batch_multiple=batch_multiple, bucket_growth=bucket_growth,
                           stats=stats)
@@ -191,6 +219,70 @@ def batches_per_pass(run: RunDir, data: RunData, *, batch_tokens: int, max_lengt
     _write_stats(run, {**stats, "batches_per_pass": {**stats.get("batches_per_pass", {}),
                                                      key: count}})
     return count
+
+
+@dataclasses.dataclass
+class RunBatches:
+    """What one run trains and validates on, as batches (`assemble`).
+
+    Attributes:
+        train: the number of batches already trained on -> the endless training batches from
+            there on (`training_batches`; `tfformer.training.fit_resumable` calls it on each
+            start).
+        dev: the dev set's batches, in a fixed order, each pair once.
+        batches_per_pass: () -> the batches in one pass over the training side (what
+            `--epochs` counts in; see `batches_per_pass`): call it only where needed, a count
+            not cached yet runs over the whole training side.
+        counters: the bad lines the training stream skipped and the pairs it dropped.
+        stats: the training batches' shapes and padding.
+    """
+
+    train: Callable[[int], tf.data.Dataset]
+    dev: tf.data.Dataset
+    batches_per_pass: Callable[[], int]
+    counters: Counters
+    stats: BatchStats
+
+
+def assemble(run: RunDir, data: RunData, *, batch_tokens: int, max_length: int, seed: int,
+             skip_bad_lines: bool, batch_multiple: int, bucket_growth: float,
+             num_workers: int = 1, worker_index: int = 0, shuffle_buffer_size: int = 100_000,
+             write_cache: bool = True) -> RunBatches:
+    """The batches one worker of a run trains and validates on, on one bucket grid.
+
+    Args:
+        run: the (shared) run directory, where the batches per pass are cached.
+        data: what `prepare` got.
+        batch_tokens, max_length, batch_multiple, bucket_growth: the batches' shapes (see
+            `tfformer.data.batching.make_dataset`); batch_multiple: the replicas.
+        seed: the training stream's order, the same on every start.
+        skip_bad_lines: skip and count bad training lines instead of failing.
+        num_workers, worker_index: this worker's shard of the training side.
+        shuffle_buffer_size: pairs in the training stream's shuffle buffer.
+        write_cache: keep the count of batches per pass in RUN/data.json (the chief does).
+    """
+    counters, stats = Counters(), BatchStats()
+    # The same seed on every start, the batches trained on skipped: a resumed run goes on with
+    # the data order where it stopped.
+    train = functools.partial(
+        training_batches, data, batch_tokens=batch_tokens, max_length=max_length, seed=seed,
+        skip_bad_lines=skip_bad_lines, batch_multiple=batch_multiple,
+        bucket_growth=bucket_growth, num_workers=num_workers, worker_index=worker_index,
+        shuffle_buffer_size=shuffle_buffer_size, counters=counters, stats=stats)
+    if num_workers > 1:
+        logger.info("train: worker %d reads shard %d of %d (by %s)", worker_index,
+                    worker_index, num_workers, data.corpus.shard_unit(num_workers))
+    dev, dev_info = make_eval_dataset(
+        data.dev, data.tokenizer, batch_tokens=batch_tokens, max_length=max_length,
+        batch_multiple=batch_multiple, bucket_growth=bucket_growth)
+    if dev_info.num_dropped:
+        logger.info("dev: %d pairs dropped as longer than %d tokens", dev_info.num_dropped,
+                    max_length)
+    per_pass = functools.partial(
+        batches_per_pass, run, data, batch_tokens=batch_tokens, max_length=max_length,
+        skip_bad_lines=skip_bad_lines, batch_multiple=batch_multiple,
+        bucket_growth=bucket_growth, write_cache=write_cache)
+    return RunBatches(train, dev, per_pass, counters, stats)
 
 
 class LogDataCounters(keras.callbacks.Callback):
