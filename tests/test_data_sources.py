@@ -300,8 +300,12 @@ def test_held_out_dev_is_excluded_from_the_stream(tmp_path):
 def test_vocabulary_sample_is_bounded_uniform_and_seeded(tmp_path):
     path = _write(tmp_path, "train.tsv.gz", _tsv(_pairs(20000)))
     corpus = open_corpus(f"tsv:{path},{path}")
-    found = scan(corpus, sample_sentences=1000, seed=1)
+    spill = tmp_path / "sample"
+    spill.mkdir()
+    found = scan(corpus, sample_sentences=1000, seed=1, sample_dir=str(spill))
     assert found.num_pairs == 20000 and len(found.sample) == 1000
+    # The sample's text waits on disk in a file unlinked from the start: nothing is left behind.
+    assert list(spill.iterdir()) == []
     # Pairs stay together (source then target) and come from all over the file.
     numbers = [int(s.split()[-1]) for s in found.sample[::2]]
     assert numbers == [int(t.split()[-1]) for t in found.sample[1::2]]
@@ -319,7 +323,7 @@ def test_bottom_k_keeps_the_smallest_keys_holding_little_more_than_k():
     # hold much more than k items (a compaction only once k more were pending held 2 k).
     rng = np.random.default_rng(0)
     k, batch = 4000, 512
-    sampler, everything, most_held = _BottomK(k), [], 0
+    sampler, everything, most_held = _BottomK(k, 2), [], 0
     for _ in range(200):
         keys = rng.random(batch)
         texts = np.array([f"{key:.17f}".encode() for key in keys], dtype=object)

@@ -94,8 +94,9 @@ def prepare(run: RunDir, *, chief: bool, spec: str, skip_bad_lines: bool, seed: 
         stats = read_stats(run)
     elif not os.path.exists(run.tokenizer) or (held_out and "holdout_threshold" not in stats):
         started = time.monotonic()
+        os.makedirs(run.path, exist_ok=True)  # the vocabulary sample's file goes there
         found = scan(corpus, skip_bad_lines=skip_bad_lines, sample_sentences=vocab_sample,
-                     seed=seed)
+                     seed=seed, sample_dir=run.path)
         seconds = time.monotonic() - started
         logger.info("data: %s: %d training pairs%s%s, read in %.1f s", corpus.spec,
                     found.num_pairs, f", {found.num_bad} bad line(s) skipped"
