@@ -1,9 +1,14 @@
 """tfformer.data.run_data: a run directory keeps the data it was started on; `assemble` gives
 a run's training stream, dev batches and batches per pass."""
 
+import gzip
+import os
+
 import pytest
 
-from tfformer.data import run_data
+from tfformer.data import run_data, sources
+from tfformer.data.builtin import builtin_pairs
+from tfformer.data.sources import DataError
 from tfformer.data.batching import make_stream
 from tfformer.run_dir import RunDir
 
@@ -25,6 +30,31 @@ def test_a_run_resumes_only_on_the_data_it_was_started_on(tmp_path):
         prepare(run, "builtin:400")
     assert open(run.tokenizer, "rb").read() == vocabulary
     assert run_data.read_stats(run)["spec"] == "builtin:300"
+
+
+def test_a_resume_checks_only_the_gzip_files_changed_since_the_scan(tmp_path, monkeypatch):
+    # Every .gz is decompressed whole when a run opens it (a cut one would train silently on
+    # part of itself); a resume trusts the files whose size and mtime the scan recorded.
+    train = tmp_path / "train.tsv.gz"
+    lines = "".join(f"{s}\t{t}\n" for s, t in builtin_pairs("train", 400))
+    with gzip.open(train, "wt", encoding="utf-8") as f:
+        f.write(lines)
+    run = RunDir(tmp_path / "run")
+    checked = []
+    check = sources._check_file
+    monkeypatch.setattr(sources, "_check_file", lambda path: (checked.append(path), check(path)))
+    spec = f"tsv:{train}"
+    prepare(run, spec)
+    assert checked.count(str(train)) == 1
+    prepare(run, spec)  # resumed: nothing changed, nothing decompressed again
+    assert checked.count(str(train)) == 1
+    # Cut after the run started (a copy interrupted over it): checked again, and refused.
+    data = train.read_bytes()
+    train.write_bytes(data[:len(data) // 2])
+    os.utime(train, (1, 1))
+    with pytest.raises(DataError, match="truncated gzip file"):
+        prepare(run, spec)
+    assert checked.count(str(train)) == 2
 
 
 def test_assemble_gives_the_stream_the_dev_batches_and_the_pass_it_counts(tmp_path):

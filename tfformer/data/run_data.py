@@ -27,7 +27,7 @@ from tfformer import compilations
 from tfformer.data.batching import BatchStats, make_eval_dataset, make_stream
 from tfformer.data.buckets import DEFAULT_BUCKET_GROWTH
 from tfformer.data.scan import scan
-from tfformer.data.sources import Corpus, ParallelText, open_corpus, read_tsv
+from tfformer.data.sources import Corpus, ParallelText, file_signature, open_corpus, read_tsv
 from tfformer.files import atomic_write_text
 from tfformer.run_dir import RunDir
 from tfformer.tokenizer import Tokenizer
@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 def _file_signature(corpus: Corpus) -> list:
     if corpus.kind != "tsv":
         return [corpus.spec]
-    return [[path, os.path.getsize(path), int(os.path.getmtime(path))] for path in corpus.files]
+    return [file_signature(path) for path in corpus.files]
 
 
 def read_stats(run: RunDir) -> dict:
@@ -81,8 +81,10 @@ def prepare(run: RunDir, *, chief: bool, spec: str, skip_bad_lines: bool, seed: 
         DataError: a bad line (unless skip_bad_lines), a missing or empty file.
         ValueError: a malformed data spec, or a run directory started on other data.
     """
-    corpus = open_corpus(spec, skip_bad_lines=skip_bad_lines, seed=seed)
     stats = read_stats(run)
+    # The files the run's scan read were checked whole when it opened them.
+    corpus = open_corpus(spec, skip_bad_lines=skip_bad_lines, seed=seed,
+                         checked=stats.get("files", ()))
     started_on = stats.get("spec")
     if started_on is not None and started_on != corpus.spec and os.path.exists(run.tokenizer):
         # Resuming would keep the other data's vocabulary and dev set.
