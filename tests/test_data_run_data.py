@@ -7,9 +7,9 @@ import os
 import pytest
 
 from tfformer.data import run_data, sources
+from tfformer.data.batching import make_stream
 from tfformer.data.builtin import builtin_pairs
 from tfformer.data.sources import DataError
-from tfformer.data.batching import make_stream
 from tfformer.run_dir import RunDir
 
 
