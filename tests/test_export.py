@@ -6,11 +6,13 @@ import shutil
 import subprocess
 import sys
 
+import grpc
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.test_rest import call
 from tfformer.cli.export import main as export_main
 from tfformer.export import (
     ExportError,
@@ -41,6 +43,13 @@ def translator(run_dir):
     return load_translator(run_dir, max_output_extra=EXTRA)
 
 
+def nbest_in_memory(translator, sentences, k):
+    """The in-memory Translator's translate_nbest: (texts [batch][k] as str, scores [batch, k])."""
+    outputs = translator.translate_nbest(tf.constant(sentences, tf.string), tf.constant(k))
+    return ([[t.decode("utf-8") for t in row] for row in outputs["translations"].numpy()],
+            outputs["scores"].numpy())
+
+
 @pytest.fixture(scope="module")
 def exported(translator, tmp_path_factory):
     base = tmp_path_factory.mktemp("models")
@@ -58,11 +67,14 @@ def test_export_writes_the_tf_serving_layout_and_nothing_else(exported):
 def test_fresh_process_reload_reproduces_translations(exported, translator):
     _, path = exported
     expected = translator.translate_texts(SENTENCES)
-    got = translate_in_fresh_process(path, SENTENCES)
+    got = translate_in_fresh_process(path, SENTENCES, k=translator.beam_size)
     assert got["modules"] == []  # tfformer was not imported: the export stands alone
     assert got["translations"] == [text for text, _ in expected]
     np.testing.assert_allclose(got["scores"], [score for _, score in expected], atol=1e-4)
     assert len(set(got["translations"])) > 2  # different inputs, different outputs
+    nbest_texts, nbest_scores = nbest_in_memory(translator, SENTENCES, translator.beam_size)
+    assert got["nbest_translations"] == nbest_texts
+    np.testing.assert_allclose(got["nbest_scores"], nbest_scores, atol=1e-4)
 
 
 def test_saved_model_cli_shows_string_in_string_out_signatures(exported):
@@ -71,21 +83,28 @@ def test_saved_model_cli_shows_string_in_string_out_signatures(exported):
     result = subprocess.run([cli, "show", "--dir", path, "--all"], capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
-    for name in ("serving_default", "translate"):
+    for name, shape in (("serving_default", "(-1)"), ("translate", "(-1)"),
+                        ("translate_nbest", "(-1, -1)")):
         section = result.stdout.split(f"signature_def['{name}']:")[1].split("signature_def[")[0]
         inputs, outputs = section.split("following output(s):")
-        assert "inputs['inputs'] tensor_info:" in inputs and "dtype: DT_STRING" in inputs
-        assert "shape: (-1)" in inputs
+        text_input = inputs.split("inputs['inputs']")[1].split("inputs['")[0]
+        assert "dtype: DT_STRING" in text_input and "shape: (-1)" in text_input
         translations = outputs.split("outputs['translations']")[1].split("outputs['")[0]
         scores = outputs.split("outputs['scores']")[1].split("outputs['")[0]
         assert "DT_STRING" in translations and "DT_FLOAT" in scores
+        assert f"shape: {shape}" in translations and f"shape: {shape}" in scores
+        if name == "translate_nbest":
+            k = inputs.split("inputs['k']")[1]
+            assert "dtype: DT_INT32" in k and "shape: ()" in k
+        else:
+            assert "inputs['k']" not in inputs
 
 
 def test_export_uses_only_ops_stock_tf_serving_has(exported):
     _, path = exported
     ops = check_ops(path)
     assert {"SentencepieceOp", "SentencepieceTokenizeOp", "SentencepieceDetokenizeOp",
-            "While", "TopKV2"} <= ops
+            "While", "TopKV2", "Assert"} <= ops  # Assert: translate_nbest's check of k
     assert not any(op.startswith("Xla") for op in ops)
 
 
@@ -112,6 +131,37 @@ def test_export_that_translates_differently_fails_and_leaves_no_version(
     with pytest.raises(ExportError, match="translates differently"):
         export_saved_model(translator, tmp_path, "tfformer", 1, check_sentences=["hola"])
     assert not os.path.exists(tmp_path / "tfformer" / "1")
+
+
+def test_nbest_signature_is_the_beam_best_first_and_refuses_a_k_outside_it(exported, translator):
+    _, path = exported
+    loaded = client.load_saved_model(path)
+    beam = translator.beam_size
+    assert beam == 4  # the default search: k = 1..4
+    inputs = tf.constant(SENTENCES)
+    best = loaded.signatures["translate"](inputs=inputs)
+    # An independent reference: beam_search's whole n-best list, run eagerly.
+    tokenizer = translator.tokenizer
+    reference = beam_search(translator.model,
+                            tokenizer.encode_source(inputs).to_tensor(default_value=0), beam,
+                            translator.length_penalty, translator.max_output_extra, n_best=beam)
+    reference_texts = np.stack([tokenizer.detokenize(reference.tokens[:, j]).numpy()
+                                for j in range(beam)], axis=1)
+    for k in range(1, beam + 1):
+        outputs = loaded.signatures["translate_nbest"](inputs=inputs, k=tf.constant(k))
+        texts, scores = outputs["translations"].numpy(), outputs["scores"].numpy()
+        assert texts.shape == scores.shape == (len(SENTENCES), k)
+        assert texts[:, 0].tolist() == best["translations"].numpy().tolist()
+        np.testing.assert_allclose(scores[:, 0], best["scores"].numpy(), rtol=1e-6)
+        assert (np.diff(scores, axis=1) <= 0).all(), scores  # best first
+        assert texts.tolist() == reference_texts[:, :k].tolist()
+        np.testing.assert_allclose(scores, reference.scores[:, :k].numpy(), atol=1e-4)
+    assert any(len(set(row)) > 1 for row in texts.tolist())  # hypotheses, not copies of one
+    assert (scores > -1e8).all()  # every one a finished hypothesis
+    for k in (0, -1, beam + 1):
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=rf"k must be between 1 and the beam size \(4\), got\] \[{k}\]"):
+            loaded.signatures["translate_nbest"](inputs=inputs, k=tf.constant(k))
 
 
 def test_translator_takes_any_batch_with_one_trace(translator):
@@ -161,8 +211,10 @@ def test_export_runs_unchanged_on_tensorflow_and_tf_text_2_20(exported, translat
         capture_output=True, text=True, timeout=300,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}).stdout.split()
     assert versions == ["2.20.0", "2.20.0"]
-    got = translate_in_fresh_process(path, SENTENCES, python=python)
+    got = translate_in_fresh_process(path, SENTENCES, python=python, k=translator.beam_size)
     assert got["translations"] == [text for text, _ in translator.translate_texts(SENTENCES)]
+    assert got["nbest_translations"] == nbest_in_memory(translator, SENTENCES,
+                                                        translator.beam_size)[0]
 
 
 def test_op_allowlist_matches_tensorflow_2_20():
@@ -175,16 +227,40 @@ def test_op_allowlist_matches_tensorflow_2_20():
     assert result.returncode == 0, result.stderr[-2000:]
 
 
-def test_grpc_round_trip_of_the_real_export_matches_in_process(exported, translator):
+def test_grpc_and_rest_round_trips_of_the_real_export_match_in_process(exported, translator):
     base, _ = exported
-    with server.start_server(os.path.join(base, "tfformer"), "tfformer") as handle:
+    beam = translator.beam_size
+    predict = "/v1/models/tfformer:predict"
+    with server.start_server(os.path.join(base, "tfformer"), "tfformer",
+                             rest_api_port=0) as handle:
         got = client.translate(SENTENCES, server=handle.address, timeout=60)
+        nbest = client.translate_nbest(SENTENCES, beam, server=handle.address, timeout=60)
+        status, rest_nbest = call(handle.rest_address, predict, {
+            "signature_name": "translate_nbest", "inputs": {"inputs": SENTENCES, "k": 2}})
+        with pytest.raises(client.TranslationError) as over_beam:
+            client.translate_nbest(SENTENCES[:1], beam + 1, server=handle.address, timeout=60)
+        k_0 = call(handle.rest_address, predict, {
+            "signature_name": "translate_nbest", "inputs": {"inputs": SENTENCES[:1], "k": 0}})
+        after = client.translate(SENTENCES[:1], server=handle.address, timeout=60)
     expected = translator.translate_texts(SENTENCES)
     assert [t.text for t in got] == [text for text, _ in expected]
     np.testing.assert_allclose([t.score for t in got], [s for _, s in expected], atol=1e-4)
 
+    want_texts, want_scores = nbest_in_memory(translator, SENTENCES, beam)
+    assert [[t.text for t in row] for row in nbest] == want_texts
+    np.testing.assert_allclose([[t.score for t in row] for row in nbest], want_scores, atol=1e-4)
+    assert status == 200
+    assert rest_nbest["outputs"]["translations"] == [row[:2] for row in want_texts]
+    np.testing.assert_allclose(rest_nbest["outputs"]["scores"], want_scores[:, :2], atol=1e-4)
+    assert over_beam.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "k must be between 1 and the beam size (4), got] [5]" in over_beam.value.details
+    assert k_0[0] == 400
+    assert "k must be between 1 and the beam size (4), got] [0]" in k_0[1]["error"]
+    assert [t.text for t in after] == [got[0].text]  # the server kept serving
 
-def test_export_program_picks_the_next_version(run_dir, tmp_path, capsys):
+
+def test_export_program_picks_the_next_version_and_a_greedy_export_has_1_best(
+        run_dir, tmp_path, capsys):
     command = [str(run_dir), "--model-base-path", str(tmp_path), "--beam-size", "1",
                "--max-output-extra", str(EXTRA)]
     assert export_main(command) == 0
@@ -193,6 +269,17 @@ def test_export_program_picks_the_next_version(run_dir, tmp_path, capsys):
     reports = [json.loads(line) for line in capsys.readouterr().out.splitlines()
                if line.startswith("{")]
     assert [r["version"] for r in reports] == [1, 2]
+
+    # --beam-size 1: translate_nbest is there, with k = 1 only.
+    greedy = client.load_saved_model(str(tmp_path / "tfformer" / "1"))
+    inputs = tf.constant(SENTENCES)
+    best = greedy.signatures["serving_default"](inputs=inputs)
+    one = greedy.signatures["translate_nbest"](inputs=inputs, k=tf.constant(1))
+    assert one["translations"].shape == one["scores"].shape == (len(SENTENCES), 1)
+    assert one["translations"].numpy()[:, 0].tolist() == best["translations"].numpy().tolist()
+    np.testing.assert_allclose(one["scores"].numpy()[:, 0], best["scores"].numpy(), rtol=1e-6)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"beam size \(1\), got\] \[2\]"):
+        greedy.signatures["translate_nbest"](inputs=inputs, k=tf.constant(2))
 
 
 def test_export_program_names_a_missing_run_file(tmp_path, caplog):

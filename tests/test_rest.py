@@ -25,8 +25,11 @@ from tensorflow_serving.apis import get_model_metadata_pb2
 from tests import test_server
 from tests.test_server import (
     MODEL,
+    NBEST,
     free_port,
     in_process,
+    nbest_request,
+    nbest_texts_and_scores,
     predict_request,
     rpc_error,
     server_program,
@@ -108,6 +111,19 @@ def test_columnar_format_and_named_inputs_give_the_same_outputs(handle, stub):
                               {"translations": "v2:cat", "scores": -4.0}]})
 
 
+def test_nbest_takes_the_columnar_format_with_a_scalar_k_and_equals_grpc(handle, stub):
+    texts, scores = nbest_texts_and_scores(stub.Predict(nbest_request(SENTENCES, 2), timeout=10))
+    assert texts[0] == ["v2:hello world", "v2:hello world #2"]
+    assert rest(handle, PREDICT, {"signature_name": NBEST,
+                                  "inputs": {"inputs": SENTENCES, "k": 2}}) == (
+        200, {"outputs": {"translations": texts, "scores": scores.tolist()}})
+    # The row format gives every input a batch dimension: a scalar k cannot be sent that way.
+    status, answer = rest(handle, PREDICT, {"signature_name": NBEST,
+                                            "instances": [{"inputs": "hola", "k": 2}]})
+    assert status == 400 and 'input "k": shape (1,) (rank 1) is not compatible' in answer["error"]
+    assert_still_serving(handle)
+
+
 def test_version_paths_and_labels(handle):
     assert rest(handle, f"/v1/models/{MODEL}/versions/2:predict", {"inputs": ["gato"]}) == (
         200, {"outputs": {"translations": ["v2:cat"], "scores": [-4.0]}})
@@ -169,7 +185,10 @@ def test_metadata_is_grpc_get_model_metadata_as_json(handle, stub):
         signature_map, always_print_fields_with_no_presence=True,
         preserving_proto_field_name=True)}
     signatures = answer["metadata"]["signature_def"]["signature_def"]
-    assert set(signatures) == {"serving_default", "translate"}  # no __saved_model_init_op
+    # No __saved_model_init_op.
+    assert set(signatures) == {"serving_default", "translate", NBEST}
+    assert {k: v["dtype"] for k, v in signatures[NBEST]["inputs"].items()} == {
+        "inputs": "DT_STRING", "k": "DT_INT32"}
     default = signatures["serving_default"]
     assert default["inputs"]["inputs"]["dtype"] == "DT_STRING"
     assert {k: v["dtype"] for k, v in default["outputs"].items()} == {
@@ -194,6 +213,12 @@ SAME_AS_GRPC = {
                              lambda: predict_request(["hola"] * 65)),
     "scalar (rank 0)": ({"inputs": "hola mundo"}, lambda: predict_request("hola mundo")),
     "rank 2": ({"instances": [["hola"]]}, lambda: predict_request([["hola"]])),
+    "k = 0": ({"signature_name": NBEST, "inputs": {"inputs": ["hola"], "k": 0}},
+              lambda: nbest_request(["hola"], 0)),
+    "k over the beam size": ({"signature_name": NBEST, "inputs": {"inputs": ["a", "b"], "k": 4}},
+                             lambda: nbest_request(["a", "b"], 4)),
+    "k of shape [1]": ({"signature_name": NBEST, "inputs": {"inputs": ["hola"], "k": [2]}},
+                       lambda: nbest_request(["hola"], [2])),
 }
 
 
@@ -243,6 +268,18 @@ REST_ERRORS = {
                          "Expecting tensor size: 1 but got: 2"),
     "bad base64": (PREDICT, {"instances": [{"b64": "!!"}]}, "POST", 400,
                    "Unable to base64 decode"),
+    "k as a float": (PREDICT, {"signature_name": NBEST, "inputs": {"inputs": ["a"], "k": 2.5}},
+                     "POST", 400, "JSON Value: 2.5 Type: Number is not of expected type: int32"),
+    "k as a string": (PREDICT, {"signature_name": NBEST, "inputs": {"inputs": ["a"], "k": "2"}},
+                      "POST", 400,
+                      'JSON Value: "2" Type: String is not of expected type: int32'),
+    "k over int32": (PREDICT, {"signature_name": NBEST,
+                               "inputs": {"inputs": ["a"], "k": 2**40}}, "POST", 400,
+                     "JSON Value: 1099511627776 is out of range for int32"),
+    "k missing": (PREDICT, {"signature_name": NBEST, "inputs": {"inputs": ["a"]}}, "POST", 400,
+                  "Missing named input: k in 'inputs' object."),
+    "n-best inputs not named": (PREDICT, {"signature_name": NBEST, "inputs": ["a"]}, "POST", 400,
+                                "inputs is a plain value/list, but expecting an object"),
     "GET on predict": (PREDICT, None, "GET", 400, f"Malformed request: GET {PREDICT}"),
     "POST on status": (f"/v1/models/{MODEL}", {}, "POST", 400,
                        f"Malformed request: POST /v1/models/{MODEL}"),

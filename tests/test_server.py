@@ -2,10 +2,12 @@
 (tfformer.serving.client) and its program (tfformer-translate).
 
 Everything runs against a small stand-in SavedModel with the real model's serving contract
-(``inputs``: string [batch] -> ``translations``: string [batch], ``scores``: float32 [batch]),
-written here into tmp dirs: a word-by-word dictionary "translator" whose version N > 1 prefixes
-``vN:``, with a lookup table (hence a ``__saved_model_init_op``) and a ``__slow__`` marker that
-makes a call busy-wait 1.5 s (for the in-flight-at-shutdown test).
+(``inputs``: string [batch] -> ``translations``: string [batch], ``scores``: float32 [batch];
+``translate_nbest`` with ``k``: int32 scalar -> [batch, k] each), written here into tmp dirs: a
+word-by-word dictionary "translator" whose version N > 1 prefixes ``vN:``, with a lookup table
+(hence a ``__saved_model_init_op``) and a ``__slow__`` marker that makes a call busy-wait 1.5 s
+(for the in-flight-at-shutdown test). Its n-best list (a "beam" of 3) is the translation, then
+"TEXT #2", "TEXT #3", each scored 1 lower; k outside [1, 3] fails in the graph, as the export's.
 All servers bind 127.0.0.1 on port 0.
 """
 
@@ -41,11 +43,13 @@ from tensorflow_serving.apis import (
 )
 
 from tfformer.cli import translate as translate_cli
-from tfformer.serving import client, server
+from tfformer.serving import client, requests, server
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = "tfformer"
 SLOW_SECONDS = 1.5
+STANDIN_BEAM = 3
+NBEST = "translate_nbest"
 
 
 # --------------------------------------------------------------------------------------------
@@ -80,12 +84,30 @@ class _StandIn(tf.Module):
             length = tf.cast(tf.strings.length(inputs, unit="UTF8_CHAR"), tf.float32)
         return {"translations": text, "scores": -0.5 * float(self.version) * length}
 
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs"),
+                                  tf.TensorSpec([], tf.int32, name="k")])
+    def translate_nbest(self, inputs, k):
+        in_range = tf.debugging.Assert(
+            tf.logical_and(k >= 1, k <= STANDIN_BEAM),
+            [f"translate_nbest: k must be between 1 and the beam size ({STANDIN_BEAM}), got", k])
+        with tf.control_dependencies([in_range]):
+            best = self.translate(inputs)
+        ranks = tf.range(k)
+        shape = [tf.shape(inputs)[0], k]
+        suffixes = tf.where(ranks == 0, "",
+                            tf.strings.join([" #", tf.strings.as_string(ranks + 1)]))
+        texts = tf.strings.join([tf.broadcast_to(best["translations"][:, None], shape),
+                                 tf.broadcast_to(suffixes[None, :], shape)])
+        return {"translations": texts,
+                "scores": best["scores"][:, None] - tf.cast(ranks, tf.float32)[None, :]}
+
 
 def write_standin(version_dir, version: int) -> None:
     module = _StandIn(version)
     tf.saved_model.save(module, str(version_dir),
                         signatures={"serving_default": module.translate,
-                                    "translate": module.translate})
+                                    "translate": module.translate,
+                                    NBEST: module.translate_nbest})
 
 
 def in_process(version_dir, sentences):
@@ -134,8 +156,30 @@ def predict_request(values, dtype=tf.string, shape=None, model=MODEL, signature=
     return request
 
 
+def nbest_request(values, k, dtype=tf.int32, shape=None, **kwargs):
+    """A translate_nbest request: `predict_request`'s, plus the input `k`."""
+    request = predict_request(values, signature=NBEST, **kwargs)
+    request.inputs["k"].CopyFrom(tf.make_tensor_proto(k, dtype=dtype, shape=shape))
+    return request
+
+
+def nbest_in_process(version_dir, sentences, k):
+    """translate_nbest called in process: (texts [batch][k] as str, scores float32 [batch, k])."""
+    outputs = tf.saved_model.load(str(version_dir)).signatures[NBEST](
+        inputs=tf.constant(sentences, dtype=tf.string), k=tf.constant(k, tf.int32))
+    return ([[t.decode("utf-8") for t in row] for row in outputs["translations"].numpy()],
+            outputs["scores"].numpy())
+
+
 def texts_and_scores(response):
     return ([t.decode("utf-8") for t in tf.make_ndarray(response.outputs["translations"])],
+            tf.make_ndarray(response.outputs["scores"]))
+
+
+def nbest_texts_and_scores(response):
+    """An n-best response: (texts [batch][k] as str, scores float32 [batch, k])."""
+    return ([[t.decode("utf-8") for t in row]
+             for row in tf.make_ndarray(response.outputs["translations"])],
             tf.make_ndarray(response.outputs["scores"]))
 
 
@@ -188,6 +232,37 @@ def test_translate_signature_alias_and_output_filter(stub):
     assert tf.make_ndarray(response.outputs["scores"]).tolist() == [-4.0]
 
 
+def test_nbest_signature_takes_an_int_k_and_answers_k_per_sentence(stub, handle, model_base):
+    sentences = ["hola mundo", "gato", ""]
+    best_texts, best_scores = in_process(model_base / "2", sentences)
+    for k in range(1, STANDIN_BEAM + 1):
+        response = stub.Predict(nbest_request(sentences, k), timeout=10)
+        texts, scores = nbest_texts_and_scores(response)
+        want_texts, want_scores = nbest_in_process(model_base / "2", sentences, k)
+        assert texts == want_texts and scores.tolist() == want_scores.tolist()
+        assert scores.shape == (3, k) and response.model_spec.signature_name == NBEST
+        assert [row[0] for row in texts] == best_texts  # the first column is serving_default's
+        assert scores[:, 0].tolist() == best_scores.tolist()
+    assert texts[:2] == [["v2:hello world", "v2:hello world #2", "v2:hello world #3"],
+                         ["v2:cat", "v2:cat #2", "v2:cat #3"]]
+
+    got = client.translate_nbest(sentences, 2, server=handle.address, batch_size=2)
+    assert got[:2] == [[client.Translation("v2:hello world", -10.0),
+                        client.Translation("v2:hello world #2", -11.0)],
+                       [client.Translation("v2:cat", -4.0), client.Translation("v2:cat #2", -5.0)]]
+    assert [[t.text for t in row] for row in got] == nbest_in_process(model_base / "2",
+                                                                      sentences, 2)[0]
+    assert client.translate_saved_model_nbest(sentences, 2, str(model_base / "2")) == got
+    with pytest.raises(client.TranslationError) as caught:
+        client.translate_nbest(["hola"], STANDIN_BEAM + 1, server=handle.address)
+    assert caught.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    # The graph's own message first, as TF Serving answers it (no eager-call preamble).
+    assert caught.value.details.startswith(
+        "assertion failed: [translate_nbest: k must be between 1 and the beam size (3), got] [4]")
+    with pytest.raises(ValueError, match="k must be >= 1, got 0"):
+        client.translate_nbest(["hola"], 0, server=handle.address)
+
+
 def test_client_translate_matches_in_process_and_reuses_a_channel(handle, model_base):
     sentences = [f"hola {i}" for i in range(5)] + ["mundo"]
     want_texts, want_scores = in_process(model_base / "2", sentences)
@@ -215,7 +290,11 @@ def test_get_model_metadata_lists_the_signature_without_the_init_op(stub, model_
     assert response.model_spec.name == MODEL and response.model_spec.version.value == 2
     signature_map = get_model_metadata_pb2.SignatureDefMap()
     assert response.metadata["signature_def"].Unpack(signature_map)
-    assert set(signature_map.signature_def) == {"serving_default", "translate"}
+    assert set(signature_map.signature_def) == {"serving_default", "translate", NBEST}
+    nbest = signature_map.signature_def[NBEST]
+    assert {k: (v.dtype, [d.size for d in v.tensor_shape.dim]) for k, v in nbest.inputs.items()} \
+        == {"inputs": (tf.string.as_datatype_enum, [-1]), "k": (tf.int32.as_datatype_enum, [])}
+    assert [d.size for d in nbest.outputs["translations"].tensor_shape.dim] == [-1, -1]
     signature = signature_map.signature_def["serving_default"]
     assert signature.method_name == "tensorflow/serving/predict"
     assert {k: v.dtype for k, v in signature.inputs.items()} == {
@@ -223,6 +302,21 @@ def test_get_model_metadata_lists_the_signature_without_the_init_op(stub, model_
     assert {k: v.dtype for k, v in signature.outputs.items()} == {
         "translations": tf.string.as_datatype_enum, "scores": tf.float32.as_datatype_enum}
     assert [d.size for d in signature.inputs["inputs"].tensor_shape.dim] == [-1]
+
+
+def test_graph_errors_are_answered_in_tf_servings_words():
+    @tf.function(input_signature=[tf.TensorSpec([], tf.int32)])
+    def positive(k):
+        with tf.control_dependencies([tf.debugging.Assert(k > 0, ["k must be > 0, got", k])]):
+            return tf.identity(k)
+
+    with pytest.raises(tf.errors.InvalidArgumentError) as caught:
+        positive(tf.constant(-2))
+    assert caught.value.message.startswith("Graph execution error:")  # + nodes, stack traces
+    error = requests.serving_error(caught.value)
+    assert error.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert error.details.startswith("assertion failed: [k must be > 0, got] [-2]")
+    assert requests.op_error_message(tf.errors.NotFoundError(None, None, "plain")) == "plain"
 
 
 def test_get_model_status_reports_the_available_version(handle):
@@ -254,6 +348,12 @@ def _unknown_output():
 def _missing_input():
     request = predict_request(["hola"])
     del request.inputs["inputs"]
+    return request
+
+
+def _k_to_serving_default():
+    request = nbest_request(["hola"], 2)
+    request.model_spec.signature_name = "serving_default"
     return request
 
 
@@ -296,6 +396,26 @@ BAD_REQUESTS = {
     "unknown signature": (lambda: predict_request(["hola"], signature="nope"),
                           grpc.StatusCode.FAILED_PRECONDITION,
                           'Serving signature key "nope" not found.'),
+    # translate_nbest's k: the range is checked by the model's graph, the rest before it.
+    "k = 0": (lambda: nbest_request(["hola"], 0), grpc.StatusCode.INVALID_ARGUMENT,
+              "assertion failed: [translate_nbest: k must be between 1 and the beam size (3), "
+              "got] [0]"),
+    "k over the beam size": (lambda: nbest_request(["hola", "gato"], 4),
+                             grpc.StatusCode.INVALID_ARGUMENT,
+                             "assertion failed: [translate_nbest: k must be between 1 and the "
+                             "beam size (3), got] [4]"),
+    "k of dtype int64": (lambda: nbest_request(["hola"], 2, dtype=tf.int64),
+                         grpc.StatusCode.INVALID_ARGUMENT,
+                         'input "k": expected dtype DT_INT32 but got DT_INT64'),
+    "k as a float": (lambda: nbest_request(["hola"], 2.0, dtype=tf.float32),
+                     grpc.StatusCode.INVALID_ARGUMENT,
+                     'input "k": expected dtype DT_INT32 but got DT_FLOAT'),
+    "k of shape [1]": (lambda: nbest_request(["hola"], [2]), grpc.StatusCode.INVALID_ARGUMENT,
+                       'input "k": shape (1,) (rank 1) is not compatible'),
+    "k missing": (lambda: predict_request(["hola"], signature=NBEST),
+                  grpc.StatusCode.INVALID_ARGUMENT, "Missing but required: {k}"),
+    "k sent to serving_default": (_k_to_serving_default, grpc.StatusCode.INVALID_ARGUMENT,
+                                  "Sent extra: {k}"),
 }
 
 
@@ -560,6 +680,27 @@ def test_cli_arguments_with_scores(handle, capsys):
     out, err = capsys.readouterr()
     assert (code, err) == (0, "")
     assert out == "-10\tv2:hello world\n-4\tv2:cat\n"
+
+
+def test_cli_nbest_prints_k_scored_lines_per_sentence_from_a_server_or_a_saved_model(
+        handle, model_base, capsys):
+    want = "-10\tv2:hello world\n-11\tv2:hello world #2\n-4\tv2:cat\n-5\tv2:cat #2\n"
+    for where in (["--server", handle.address], ["--saved-model", str(model_base)]):
+        assert translate_cli.main([*where, "--nbest", "2", "hola mundo", "gato"]) == 0
+        assert capsys.readouterr() == (want, "")
+        # Over the beam size: refused by the model (its graph), bad input either way.
+        assert translate_cli.main([*where, "--nbest", "4", "hola"]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and "INVALID_ARGUMENT" in err
+        assert (": assertion failed: [translate_nbest: k must be between 1 and the beam size (3), "
+                "got] [4]") in err
+    assert translate_cli.main(["--server", handle.address, "--nbest", "1", "--signature",
+                               "serving_default", "hola"]) == 2  # a signature without k
+    assert "Sent extra: {k}" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        translate_cli.main(["--server", handle.address, "--nbest", "0", "hola"])
+    assert exit_info.value.code == 2
+    assert "--nbest must be at least 1" in capsys.readouterr().err
 
 
 def test_cli_stdin_keeps_order_and_blank_lines_across_batches(handle, capsys, monkeypatch):

@@ -2,9 +2,12 @@
 
 A model base path holds one directory per version, named by its integer version number, each a
 SavedModel. Its signatures `serving_default` and `translate` take `inputs`: tf.string [batch] and
-return `translations`: tf.string [batch] and `scores`: float32 [batch]. Like TF Serving's file
-system source, any other name (e.g. a staging directory renamed into place when complete) is
-not a version.
+return `translations`: tf.string [batch] and `scores`: float32 [batch]. `translate_nbest` takes
+`inputs` and `k`: int32 scalar, 1 <= k <= the export's beam size (1 for a greedy export), and
+returns the k best hypotheses of the beam, best first: `translations`: tf.string [batch, k] and
+`scores`: float32 [batch, k]; a k out of range fails in the graph (InvalidArgument). Like TF
+Serving's file system source, any other name (e.g. a staging directory renamed into place when
+complete) is not a version.
 """
 
 from __future__ import annotations
@@ -15,8 +18,11 @@ from typing import Any
 
 DEFAULT_SIGNATURE = "serving_default"
 TRANSLATE_SIGNATURE = "translate"
-SIGNATURE_NAMES = (DEFAULT_SIGNATURE, TRANSLATE_SIGNATURE)
+NBEST_SIGNATURE = "translate_nbest"
+BEST_SIGNATURE_NAMES = (DEFAULT_SIGNATURE, TRANSLATE_SIGNATURE)  # the best hypothesis only
+SIGNATURE_NAMES = (*BEST_SIGNATURE_NAMES, NBEST_SIGNATURE)
 INPUT_NAME = "inputs"
+NBEST_K_NAME = "k"  # translate_nbest's second input
 OUTPUT_TRANSLATIONS = "translations"
 OUTPUT_SCORES = "scores"
 OUTPUT_NAMES = (OUTPUT_TRANSLATIONS, OUTPUT_SCORES)

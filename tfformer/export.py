@@ -20,11 +20,13 @@ from typing import Iterable, Sequence
 import tensorflow as tf
 
 from tfformer.contract import (
+    BEST_SIGNATURE_NAMES,
     DEFAULT_SIGNATURE,
     INPUT_NAME,
+    NBEST_K_NAME,
+    NBEST_SIGNATURE,
     OUTPUT_SCORES,
     OUTPUT_TRANSLATIONS,
-    SIGNATURE_NAMES,
     read_saved_model,
 )
 from tfformer.translator import Translator
@@ -72,30 +74,38 @@ _FRESH_PROCESS_SCRIPT = f"""
 import json, sys
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  registers the SentencePiece ops
-export_dir, sentences = sys.argv[1], json.loads(sys.stdin.read())
+export_dir, k, sentences = sys.argv[1], int(sys.argv[2]), json.loads(sys.stdin.read())
 loaded = tf.saved_model.load(export_dir)
-out = loaded.signatures["{DEFAULT_SIGNATURE}"]({INPUT_NAME}=tf.constant(sentences, tf.string))
+inputs = tf.constant(sentences, tf.string)
+out = loaded.signatures["{DEFAULT_SIGNATURE}"]({INPUT_NAME}=inputs)
+nbest = loaded.signatures["{NBEST_SIGNATURE}"](
+    {INPUT_NAME}=inputs, {NBEST_K_NAME}=tf.constant(k, tf.int32))
 print(json.dumps({{
     "translations": [t.decode("utf-8") for t in out["{OUTPUT_TRANSLATIONS}"].numpy()],
     "scores": [float(s) for s in out["{OUTPUT_SCORES}"].numpy()],
+    "nbest_translations": [[t.decode("utf-8") for t in row]
+                           for row in nbest["{OUTPUT_TRANSLATIONS}"].numpy()],
+    "nbest_scores": nbest["{OUTPUT_SCORES}"].numpy().tolist(),
     "modules": sorted(m.split(".")[0] for m in sys.modules
                       if m.split(".")[0] in ("tfformer", "keras_hub"))}}))
 """
 
 
 def translate_in_fresh_process(export_dir: str | os.PathLike, sentences: Iterable[str],
-                               python: str = sys.executable, timeout: float = 600
-                               ) -> dict[str, list]:
-    """Loads the export in a new `python` process (tensorflow + tensorflow_text only).
+                               python: str = sys.executable, timeout: float = 600, *,
+                               k: int = 1) -> dict[str, list]:
+    """Loads the export in a new `python` process (tensorflow + tensorflow_text only) and calls
+    its `serving_default` and its `translate_nbest` with `k`.
 
     Returns:
-        {"translations": [...], "scores": [...], "modules": tfformer modules seen (none)}.
+        {"translations": [...], "scores": [...], "nbest_translations": [[k texts], ...],
+        "nbest_scores": [[k scores], ...], "modules": tfformer modules seen (none)}.
     """
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     export_dir = os.path.abspath(export_dir)
     result = subprocess.run(
-        [python, "-c", _FRESH_PROCESS_SCRIPT, export_dir],
+        [python, "-c", _FRESH_PROCESS_SCRIPT, export_dir, str(k)],
         input=json.dumps(list(sentences)), capture_output=True, text=True, timeout=timeout,
         # Not the caller's cwd: `python -c` puts it on sys.path, and the check must not find
         # tfformer there.
@@ -110,10 +120,12 @@ def export_saved_model(translator: Translator, model_base_path: str | os.PathLik
                        version: int, *, check_sentences: Sequence[str] = ()) -> str:
     """Writes `model_base_path/name/version/` (the layout TF Serving watches) and checks it.
 
-    Checks: every op is one stock TF Serving has (`check_ops`), and, for `check_sentences`, a
-    fresh process that imports only tensorflow and tensorflow_text translates exactly as the
-    in-memory `translator` does. A failed check removes nothing but raises ExportError, and the
-    version directory is only renamed into place once it passed, so TF Serving never loads it.
+    Signatures: `serving_default` and `translate` (the best hypothesis), `translate_nbest` (the
+    k best; see `tfformer.contract`). Checks: every op is one stock TF Serving has (`check_ops`),
+    and, for `check_sentences`, a fresh process that imports only tensorflow and tensorflow_text
+    translates exactly as the in-memory `translator` does, its whole n-best list included. A
+    failed check removes nothing but raises ExportError, and the version directory is only
+    renamed into place once it passed, so TF Serving never loads it.
 
     Returns:
         the version directory.
@@ -127,24 +139,34 @@ def export_saved_model(translator: Translator, model_base_path: str | os.PathLik
         raise FileExistsError(f"{final_dir} exists: versions are immutable, pick a new one")
     # TF Serving polls for integer directory names: write under a name it ignores.
     staging_dir = os.path.join(model_base_path, name, f".tmp-{version}-{os.getpid()}")
-    signature = translator.translate.get_concrete_function()
+    best = translator.translate.get_concrete_function()
+    signatures = {key: best for key in BEST_SIGNATURE_NAMES}
+    signatures[NBEST_SIGNATURE] = translator.translate_nbest.get_concrete_function()
     # TF logs every captured input it renames (one line of hundreds of names) through absl.
     absl_logger = logging.getLogger("absl")
     level = absl_logger.level
     absl_logger.setLevel(max(level, logging.ERROR))
     try:
-        tf.saved_model.save(translator, staging_dir,
-                            signatures={key: signature for key in SIGNATURE_NAMES})
+        tf.saved_model.save(translator, staging_dir, signatures=signatures)
     finally:
         absl_logger.setLevel(level)
     check_ops(staging_dir)
     if check_sentences:
         expected = translator.translate_texts(check_sentences)
-        got = translate_in_fresh_process(staging_dir, check_sentences)
-        if got["translations"] != [text for text, _ in expected]:
-            raise ExportError(
-                "the reloaded export translates differently from the in-memory Translator:\n"
-                + "\n".join(f"  {s!r}: {a!r} != {b!r}" for s, (a, _), b in
-                            zip(check_sentences, expected, got["translations"]) if a != b))
+        got = translate_in_fresh_process(staging_dir, check_sentences, k=translator.beam_size)
+        _check_same(check_sentences, [text for text, _ in expected], got["translations"])
+        nbest = translator.translate_nbest(tf.constant(list(check_sentences), tf.string),
+                                           tf.constant(translator.beam_size))
+        _check_same(check_sentences, [[t.decode("utf-8") for t in row] for row in
+                                      nbest[OUTPUT_TRANSLATIONS].numpy()],
+                    got["nbest_translations"], f" ({NBEST_SIGNATURE})")
     os.rename(staging_dir, final_dir)
     return final_dir
+
+
+def _check_same(sentences: Sequence[str], expected: list, got: list, what: str = "") -> None:
+    if got != expected:
+        raise ExportError(
+            f"the reloaded export translates differently from the in-memory Translator{what}:\n"
+            + "\n".join(f"  {s!r}: {a!r} != {b!r}" for s, a, b in zip(sentences, expected, got)
+                         if a != b))

@@ -12,7 +12,13 @@ import keras
 import tensorflow as tf
 
 from tfformer.config import DecodingConfig
-from tfformer.contract import INPUT_NAME, OUTPUT_SCORES, OUTPUT_TRANSLATIONS
+from tfformer.contract import (
+    INPUT_NAME,
+    NBEST_K_NAME,
+    NBEST_SIGNATURE,
+    OUTPUT_SCORES,
+    OUTPUT_TRANSLATIONS,
+)
 from tfformer.model import Transformer
 from tfformer.run_dir import RunDir
 from tfformer.search import SearchResult, beam_search, greedy_search
@@ -31,7 +37,7 @@ class Translator(tf.Module):
         max_output_extra: maximum output length = input tokens + this (default 50).
 
     Call `translate(tf.constant([...]))` (a tf.function) for tensors, or `translate_texts` for
-    Python strings.
+    Python strings; `translate_nbest(inputs, k)` returns the k best hypotheses of the beam.
     """
 
     def __init__(self, model: Transformer, tokenizer: Tokenizer, *, beam_size: int | None = None,
@@ -52,19 +58,41 @@ class Translator(tf.Module):
         self.max_output_extra = self.decoding.max_output_extra
         self.translate = tf.function(
             self._translate, input_signature=[tf.TensorSpec([None], tf.string, name=INPUT_NAME)])
+        self.translate_nbest = tf.function(
+            self._translate_nbest,
+            input_signature=[tf.TensorSpec([None], tf.string, name=INPUT_NAME),
+                             tf.TensorSpec([], tf.int32, name=NBEST_K_NAME)])
 
-    def search(self, source_ids: tf.Tensor) -> SearchResult:
-        """This translator's search (greedy when beam_size is 1) over encoded source ids."""
+    def search(self, source_ids: tf.Tensor, n_best: int = 1) -> SearchResult:
+        """This translator's search (greedy when beam_size is 1) over encoded source ids;
+        `n_best` (<= beam_size) hypotheses per sentence."""
         if self.beam_size == 1:
             return greedy_search(self.model, source_ids, self.max_output_extra)
         return beam_search(self.model, source_ids, self.beam_size, self.length_penalty,
-                           self.max_output_extra)
+                           self.max_output_extra, n_best=n_best)
 
     def _translate(self, inputs):
         source_ids = self.tokenizer.encode_source(inputs).to_tensor(default_value=PAD_ID)
         result = self.search(source_ids)
         return {OUTPUT_TRANSLATIONS: self.tokenizer.detokenize(result.tokens[:, 0]),
                 OUTPUT_SCORES: result.scores[:, 0]}
+
+    def _translate_nbest(self, inputs, k):
+        # In the graph, for TF Serving too: an InvalidArgument error before any search.
+        in_range = tf.debugging.Assert(
+            tf.logical_and(k >= 1, k <= self.beam_size),
+            [f"{NBEST_SIGNATURE}: {NBEST_K_NAME} must be between 1 and the beam size "
+             f"({self.beam_size}), got", k])
+        with tf.control_dependencies([in_range]):
+            inputs = tf.identity(inputs)
+        source_ids = self.tokenizer.encode_source(inputs).to_tensor(default_value=PAD_ID)
+        # The whole beam, then its first k: the first column is `translate`'s search, unchanged.
+        result = self.search(source_ids, n_best=self.beam_size)
+        tokens = result.tokens[:, :k]
+        shape = tf.shape(tokens)
+        texts = self.tokenizer.detokenize(tf.reshape(tokens, [shape[0] * shape[1], shape[2]]))
+        return {OUTPUT_TRANSLATIONS: tf.reshape(texts, shape[:2]),
+                OUTPUT_SCORES: result.scores[:, :k]}
 
     def translate_texts(self, sentences: Sequence[str]) -> list[tuple[str, float]]:
         """Translates Python strings; returns (translation, score) pairs in order."""

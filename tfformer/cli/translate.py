@@ -1,6 +1,7 @@
 """tfformer-translate: translate with the exported model over TF Serving's gRPC API, or in
 process with --saved-model. Sentences come from the arguments or, when there are none, one per
-line from stdin; translations go to stdout one per line, in order.
+line from stdin; translations go to stdout one per line, in order (with --nbest K, K lines
+'SCORE<TAB>TRANSLATION' per sentence, best first).
 
 Exit status: 0; 2 for bad input (a sentence the model refuses, an unknown model, signature or
 SavedModel path, invalid UTF-8); 1 when the translation fails at run time (server unreachable,
@@ -15,7 +16,7 @@ from typing import Iterator, Optional, Sequence
 
 from tfformer.batch_translate import translate_in_batches
 from tfformer.cli.console import start_logging
-from tfformer.contract import DEFAULT_SIGNATURE
+from tfformer.contract import DEFAULT_SIGNATURE, NBEST_SIGNATURE
 from tfformer.serving.defaults import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_MODEL,
@@ -52,14 +53,18 @@ def build_parser() -> argparse.ArgumentParser:
                         help="TF Serving gRPC address (default %(default)s)")
     parser.add_argument("--model", default=DEFAULT_MODEL,
                         help="model name on the server (default %(default)s)")
-    parser.add_argument("--signature", default=DEFAULT_SIGNATURE,
-                        help="signature to call (default %(default)s)")
+    parser.add_argument("--signature", default=None,
+                        help=f"signature to call (default {DEFAULT_SIGNATURE}; "
+                             f"{NBEST_SIGNATURE} with --nbest)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                         help="deadline of each request (default %(default)s)")
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, metavar="N",
                         help="sentences per request (default %(default)s)")
     parser.add_argument("--scores", action="store_true",
                         help="print 'SCORE<TAB>TRANSLATION' instead of the translation alone")
+    parser.add_argument("--nbest", type=int, default=None, metavar="K",
+                        help="print the K best translations of each sentence, best first, as K "
+                             "lines 'SCORE<TAB>TRANSLATION' (1 <= K <= the export's beam size)")
     parser.add_argument("--saved-model", metavar="DIR",
                         help="translate in process with this SavedModel (a version dir, or a "
                              "model base path whose highest version is used) instead of a server")
@@ -72,18 +77,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     start_logging(logging.WARNING, "%(levelname)s %(name)s: %(message)s")
     if args.batch_size < 1:
         parser.error("--batch-size must be at least 1")
+    if args.nbest is not None and args.nbest < 1:
+        parser.error("--nbest must be at least 1")
+    nbest = args.nbest
+    signature = args.signature or (DEFAULT_SIGNATURE if nbest is None else NBEST_SIGNATURE)
     prog = parser.prog
     lines = iter(args.sentences) if args.sentences else _stdin_lines()
 
     # gRPC and TF Serving's protos (which load TensorFlow): not for --help.
     import grpc
+    import tensorflow as tf
 
     from tfformer.serving.client import (
         TranslationError,
         load_saved_model,
         translate,
+        translate_nbest,
         translate_saved_model,
+        translate_saved_model_nbest,
     )
+    from tfformer.serving.requests import op_error_message
 
     channel = None
     try:
@@ -91,20 +104,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             model = load_saved_model(args.saved_model)
 
             def run(batch):
-                return translate_saved_model(batch, model, args.signature, args.batch_size)
+                if nbest:
+                    return translate_saved_model_nbest(batch, nbest, model, signature,
+                                                       args.batch_size)
+                return translate_saved_model(batch, model, signature, args.batch_size)
         else:
             channel = grpc.insecure_channel(args.server)
 
             def run(batch):
-                return translate(batch, args.server, args.model, args.signature, args.timeout,
+                if nbest:
+                    return translate_nbest(batch, nbest, args.server, args.model, signature,
+                                           args.timeout, channel, batch_size=args.batch_size)
+                return translate(batch, args.server, args.model, signature, args.timeout,
                                  channel, batch_size=args.batch_size)
 
         for batch in translate_in_batches(run, lines, args.batch_size):
-            for translation in batch:
-                if args.scores:
-                    print(f"{translation.score:.6g}\t{translation.text}")
-                else:
-                    print(translation.text)
+            for translations in batch:
+                for translation in translations if nbest else [translations]:
+                    if args.scores or nbest:
+                        print(f"{translation.score:.6g}\t{translation.text}")
+                    else:
+                        print(translation.text)
             sys.stdout.flush()
     except TranslationError as error:
         code = error.code.name if error.code else "BAD_RESPONSE"
@@ -115,6 +135,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (FileNotFoundError, ValueError, KeyError) as error:  # no such model or signature
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
         print(f"{prog}: error: {message}", file=sys.stderr)
+        return 2
+    except tf.errors.InvalidArgumentError as error:  # in process: e.g. --nbest over the beam
+        print(f"{prog}: error: INVALID_ARGUMENT: {op_error_message(error)}", file=sys.stderr)
         return 2
     except OSError as error:
         print(f"{prog}: error: {error}", file=sys.stderr)

@@ -4,6 +4,8 @@
 unchanged against ``tensorflow_model_server`` and against ``tfformer.serving.server`` (the local
 stand-in).
 ``translate_saved_model()`` calls the SavedModel's signature in this process instead.
+``translate_nbest()`` and ``translate_saved_model_nbest()`` return the k best hypotheses of each
+sentence (the ``translate_nbest`` signature).
 
 The ``tfformer-translate`` command (`tfformer.cli.translate`) wraps both.
 """
@@ -12,8 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import operator
 import os
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import grpc
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
@@ -22,6 +25,8 @@ from tfformer.batch_translate import translate_in_batches
 from tfformer.contract import (
     DEFAULT_SIGNATURE,
     INPUT_NAME,
+    NBEST_K_NAME,
+    NBEST_SIGNATURE,
     OUTPUT_SCORES,
     OUTPUT_TRANSLATIONS,
     saved_model_dir,
@@ -32,9 +37,9 @@ from tfformer.serving.defaults import (
     DEFAULT_SERVER,
     DEFAULT_TIMEOUT,
 )
+from tfformer.validate import check_at_least
 
 logger = logging.getLogger(__name__)
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,8 +77,10 @@ def _decode(texts: Iterable[Any], scores: Iterable[Any]) -> list[Translation]:
 
 def make_predict_request(sentences: Sequence[str], model: str = DEFAULT_MODEL,
                          signature: str = DEFAULT_SIGNATURE,
-                         version: Optional[int] = None) -> predict_pb2.PredictRequest:
-    """The PredictRequest TF Serving expects for a batch of sentences."""
+                         version: Optional[int] = None, *,
+                         k: Optional[int] = None) -> predict_pb2.PredictRequest:
+    """The PredictRequest TF Serving expects for a batch of sentences; with ``k``, also the
+    n-best signature's ``k`` input (an int32 scalar)."""
     import tensorflow as tf
 
     request = predict_pb2.PredictRequest()
@@ -84,24 +91,72 @@ def make_predict_request(sentences: Sequence[str], model: str = DEFAULT_MODEL,
     request.inputs[INPUT_NAME].CopyFrom(
         tf.make_tensor_proto([s.encode("utf-8") for s in sentences], dtype=tf.string,
                              shape=[len(sentences)]))
+    if k is not None:
+        request.inputs[NBEST_K_NAME].CopyFrom(tf.make_tensor_proto(k, dtype=tf.int32, shape=[]))
     request.output_filter.extend([OUTPUT_TRANSLATIONS, OUTPUT_SCORES])
     return request
 
 
 def parse_predict_response(response: predict_pb2.PredictResponse, expected: int,
-                           server: Optional[str] = None) -> list[Translation]:
+                           server: Optional[str] = None, *,
+                           k: Optional[int] = None) -> list[Translation]:
+    """The ``expected`` translations of a response; with ``k`` (an n-best response), the
+    ``expected * k`` hypotheses, sentence by sentence, best first."""
     import tensorflow as tf
 
+    count = expected * (k or 1)
+    per = f" x {k} hypotheses" if k else ""
     arrays = {}
     for name in (OUTPUT_TRANSLATIONS, OUTPUT_SCORES):
         if name not in response.outputs:
             raise TranslationError(None, f"response has no output {name!r} "
                                          f"(outputs: {sorted(response.outputs)})", server)
         arrays[name] = tf.make_ndarray(response.outputs[name]).reshape(-1)
-        if arrays[name].shape[0] != expected:
+        if arrays[name].shape[0] != count:
             raise TranslationError(None, f"output {name!r} has {arrays[name].shape[0]} values "
-                                         f"for {expected} sentences", server)
+                                         f"for {expected} sentences{per}", server)
     return _decode(arrays[OUTPUT_TRANSLATIONS], arrays[OUTPUT_SCORES])
+
+
+def _rows(translations: list[Translation], k: int) -> list[list[Translation]]:
+    return [translations[i:i + k] for i in range(0, len(translations), k)]
+
+
+def _check_k(k: int) -> int:
+    k = operator.index(k)  # TypeError for a float or None
+    check_at_least("k", k)
+    return k
+
+
+def _predict_over_grpc(sentences: Sequence[str], server: str, timeout: float,
+                       channel: Optional[grpc.Channel], batch_size: int,
+                       make_request: Callable[[list[str]], predict_pb2.PredictRequest],
+                       k: Optional[int] = None) -> list:
+    """One Predict call per batch of ``sentences``: a Translation per sentence, or with ``k``
+    a list of k."""
+    sentences = _check_sentences(sentences)
+    if not sentences:
+        return []
+    own_channel = channel is None
+    target = server if own_channel else None  # a given channel may point anywhere
+    if own_channel:
+        channel = grpc.insecure_channel(server)
+    try:
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+
+        def predict(batch: list[str]) -> list:
+            try:
+                response = stub.Predict(make_request(batch), timeout=timeout)
+            except grpc.RpcError as error:
+                raise TranslationError(error.code(), error.details() or "", target) from None
+            translations = parse_predict_response(response, len(batch), target, k=k)
+            return translations if k is None else _rows(translations, k)
+
+        return [translation for batch in translate_in_batches(predict, sentences, batch_size)
+                for translation in batch]
+    finally:
+        if own_channel:
+            channel.close()
 
 
 def translate(
@@ -122,29 +177,25 @@ def translate(
     ``version`` pins ``ModelSpec.version``. Raises ``TranslationError`` (with ``.code`` and
     ``.details``) on any gRPC error or a response that does not fit the model's contract.
     """
-    sentences = _check_sentences(sentences)
-    if not sentences:
-        return []
-    own_channel = channel is None
-    target = server if own_channel else None  # a given channel may point anywhere
-    if own_channel:
-        channel = grpc.insecure_channel(server)
-    try:
-        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+    return _predict_over_grpc(
+        sentences, server, timeout, channel, batch_size,
+        lambda batch: make_predict_request(batch, model, signature, version))
 
-        def predict(batch: list[str]) -> list[Translation]:
-            request = make_predict_request(batch, model, signature, version)
-            try:
-                response = stub.Predict(request, timeout=timeout)
-            except grpc.RpcError as error:
-                raise TranslationError(error.code(), error.details() or "", target) from None
-            return parse_predict_response(response, len(batch), target)
 
-        return [translation for batch in translate_in_batches(predict, sentences, batch_size)
-                for translation in batch]
-    finally:
-        if own_channel:
-            channel.close()
+def translate_nbest(sentences: Sequence[str], k: int, server: str = DEFAULT_SERVER,
+                    model: str = DEFAULT_MODEL, signature: str = NBEST_SIGNATURE,
+                    timeout: float = DEFAULT_TIMEOUT, channel: Optional[grpc.Channel] = None, *,
+                    version: Optional[int] = None,
+                    batch_size: int = DEFAULT_BATCH_SIZE) -> list[list[Translation]]:
+    """The ``k`` best translations of each sentence, best first, over gRPC (as ``translate``).
+
+    ``k`` above the export's beam size is refused by the model: ``TranslationError`` with
+    ``INVALID_ARGUMENT``.
+    """
+    k = _check_k(k)
+    return _predict_over_grpc(
+        sentences, server, timeout, channel, batch_size,
+        lambda batch: make_predict_request(batch, model, signature, version, k=k), k)
 
 
 # --------------------------------------------------------------------------------------------
@@ -167,6 +218,15 @@ def load_saved_model(path: str) -> Any:
     return tf.saved_model.load(found)
 
 
+def _signature(saved_model: Any, signature: str) -> Any:
+    if isinstance(saved_model, (str, os.PathLike)):
+        saved_model = load_saved_model(os.fspath(saved_model))
+    if signature not in saved_model.signatures:
+        raise KeyError(f"signature {signature!r} not in the SavedModel "
+                       f"(has: {sorted(saved_model.signatures)})")
+    return saved_model.signatures[signature]
+
+
 def translate_saved_model(sentences: Sequence[str], saved_model: Any,
                           signature: str = DEFAULT_SIGNATURE,
                           batch_size: int = DEFAULT_BATCH_SIZE) -> list[Translation]:
@@ -174,12 +234,7 @@ def translate_saved_model(sentences: Sequence[str], saved_model: Any,
     import tensorflow as tf
 
     sentences = _check_sentences(sentences)
-    if isinstance(saved_model, (str, os.PathLike)):
-        saved_model = load_saved_model(os.fspath(saved_model))
-    if signature not in saved_model.signatures:
-        raise KeyError(f"signature {signature!r} not in the SavedModel "
-                       f"(has: {sorted(saved_model.signatures)})")
-    function = saved_model.signatures[signature]
+    function = _signature(saved_model, signature)
 
     def call(batch: list[str]) -> list[Translation]:
         outputs = function(**{INPUT_NAME: tf.constant(batch, dtype=tf.string)})
@@ -187,3 +242,24 @@ def translate_saved_model(sentences: Sequence[str], saved_model: Any,
 
     return [translation for batch in translate_in_batches(call, sentences, batch_size)
             for translation in batch]
+
+
+def translate_saved_model_nbest(sentences: Sequence[str], k: int, saved_model: Any,
+                                signature: str = NBEST_SIGNATURE,
+                                batch_size: int = DEFAULT_BATCH_SIZE
+                                ) -> list[list[Translation]]:
+    """The ``k`` best translations of each sentence, best first, in process (as
+    ``translate_saved_model``); a ``k`` the model refuses raises tf.errors.InvalidArgumentError."""
+    import tensorflow as tf
+
+    sentences = _check_sentences(sentences)
+    k = _check_k(k)
+    function = _signature(saved_model, signature)
+
+    def call(batch: list[str]) -> list[list[Translation]]:
+        outputs = function(**{INPUT_NAME: tf.constant(batch, dtype=tf.string),
+                              NBEST_K_NAME: tf.constant(k, dtype=tf.int32)})
+        return _rows(_decode(outputs[OUTPUT_TRANSLATIONS].numpy().reshape(-1),
+                             outputs[OUTPUT_SCORES].numpy().reshape(-1)), k)
+
+    return [row for batch in translate_in_batches(call, sentences, batch_size) for row in batch]

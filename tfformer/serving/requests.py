@@ -43,6 +43,27 @@ class ServingError(Exception):
         self.details = details
 
 
+def op_error_message(error: tf.errors.OpError) -> str:
+    """An error of the model's graph in TF Serving's words: its own message (e.g. `assertion
+    failed: [...]`), without the "Graph execution error:" preamble (failing nodes, stack traces)
+    that calling a function eagerly puts before it."""
+    lines = error.message.split("\n")
+    if lines[0] != "Graph execution error:":
+        return error.message
+    for index, line in enumerate(lines[1:], 1):
+        if line and not line[0].isspace() and not line.startswith("Detected at node ") \
+                and line != "<stack traces unavailable>":
+            return "\n".join(lines[index:])
+    return error.message
+
+
+def serving_error(error: tf.errors.OpError) -> ServingError:
+    """The ServingError for an error of the model's graph: its status code (InvalidArgument ->
+    INVALID_ARGUMENT, as TF Serving answers) and `op_error_message`."""
+    return ServingError(GRPC_CODE_BY_NUMBER.get(error.error_code, grpc.StatusCode.UNKNOWN),
+                        op_error_message(error))
+
+
 def servable_request(spec) -> str:
     """TF Serving's ServableRequest::DebugString(), as in its NOT_FOUND details."""
     if spec.HasField("version"):

@@ -19,10 +19,10 @@ from tensorflow_serving.apis import (
 
 from tfformer.contract import DEFAULT_SIGNATURE
 from tfformer.serving.requests import (
-    GRPC_CODE_BY_NUMBER,
     RequestValidator,
     ServingError,
     servable_request,
+    serving_error,
     to_tensor_proto,
 )
 from tfformer.serving.versions import LoadedVersion, ModelVersionManager
@@ -109,8 +109,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         try:
             outputs = function(**feeds)
         except tf.errors.OpError as error:
-            raise ServingError(GRPC_CODE_BY_NUMBER.get(error.error_code, grpc.StatusCode.UNKNOWN),
-                               error.message) from error
+            raise serving_error(error) from error
         response = predict_pb2.PredictResponse()
         response.model_spec.name = self.manager.name
         response.model_spec.signature_name = signature_name
