@@ -537,6 +537,19 @@ def check_eval_export(doc: DocRun, result) -> None:
     assert report["sentences"] == TEST_PAIRS and isinstance(report["bleu"], float)
 
 
+def check_ctranslate2(name: str, quantization: str) -> Check:
+    """A CTranslate2 model directory `name`, checked by the export against the model."""
+    def check(doc: DocRun, result) -> None:
+        report = last_json(result.stdout)
+        assert (report["export_dir"], report["quantization"]) == (name, quantization), report
+        assert report["weights"] == "runs/tiny-builtin/model.keras", report
+        assert sorted(os.listdir(doc.path(name))) == [
+            "config.json", "model.bin", "shared_vocabulary.json", "tokenizer.model"]
+        if quantization == "none":
+            assert report["max_log_prob_difference"] < 1e-3, report
+    return check
+
+
 def check_scores(count: int) -> Check:
     """`count` lines of SCORE<TAB>TRANSLATION, SCORE a float."""
     def check(doc: DocRun, result) -> None:
@@ -544,6 +557,15 @@ def check_scores(count: int) -> Check:
         for line in result.stdout.splitlines():
             score, tab, _ = line.partition("\t")
             assert tab and float(score) <= 0, f"not SCORE<TAB>TEXT: {line!r}"
+    return check
+
+
+def check_nbest(k: int) -> Check:
+    """`k` lines of SCORE<TAB>TRANSLATION (one sentence's n-best list), best first."""
+    def check(doc: DocRun, result) -> None:
+        check_scores(k)(doc, result)
+        scores = [float(line.partition("\t")[0]) for line in result.stdout.splitlines()]
+        assert scores == sorted(scores, reverse=True), f"not best first: {result.stdout!r}"
     return check
 
 
@@ -644,6 +666,16 @@ def check_rest_outputs(doc: DocRun, result) -> None:
     assert len(outputs[OUTPUT_TRANSLATIONS]) == len(outputs[OUTPUT_SCORES]) == 1, outputs
 
 
+def check_rest_nbest(doc: DocRun, result) -> None:
+    """One sentence's 2 best: [[text, text]] and [[score, score]], best first."""
+    from tfformer.contract import OUTPUT_SCORES, OUTPUT_TRANSLATIONS
+
+    outputs = json.loads(result.stdout)["outputs"]
+    (texts,), (scores,) = outputs[OUTPUT_TRANSLATIONS], outputs[OUTPUT_SCORES]
+    assert len(texts) == len(scores) == 2 and all(isinstance(t, str) for t in texts), outputs
+    assert 0 >= scores[0] >= scores[1], outputs
+
+
 # ---------------------------------------------------------------------------------------------
 # The registry: every fenced block of the three files, in document order
 # ---------------------------------------------------------------------------------------------
@@ -700,6 +732,26 @@ echo "Una hermana visita el puente azul." | .venv/bin/tfformer-translate --score
             Cmd(check_scores(1), append="--server {server}"),
             Cmd(output_lines(1)),
         ]),
+        Sh("""\
+.venv/bin/tfformer-export runs/tiny-builtin --format ctranslate2 --out ct2-model
+.venv/bin/tfformer-export runs/tiny-builtin --format ctranslate2 --out ct2-int8 \\
+    --quantization int8                                      # int8 weights, ~1/4 the size
+""", [Cmd(check_ctranslate2("ct2-model", "none")), Cmd(check_ctranslate2("ct2-int8", "int8"))]),
+        Py("""\
+import ctranslate2
+import sentencepiece
+
+sp = sentencepiece.SentencePieceProcessor(model_file="ct2-model/tokenizer.model")
+translator = ctranslate2.Translator("ct2-model", device="cpu")
+results = translator.translate_batch(
+    [sp.encode("Los tres perros rojos comen manzanas verdes.", out_type=str)],
+    beam_size=4, length_penalty=0.6,
+    min_decoding_length=0, suppress_sequences=[["<pad>"], ["<s>"]])  # as our search
+print(sp.decode(results[0].hypotheses[0]))
+""", check="""\
+assert len(results) == 1 and isinstance(sp.decode(results[0].hypotheses[0]), str)
+assert "</s>" not in results[0].hypotheses[0] and "<pad>" not in results[0].hypotheses[0]
+"""),
         Py("""\
 import tfformer
 from tfformer.data.batching import make_dataset
@@ -836,9 +888,12 @@ curl -s -X POST http://127.0.0.1:8501/v1/models/tfformer:predict \\
   -d '{"instances": ["hola mundo", "buenos días"]}'             # {"predictions": [{...}, {...}]}
 curl -s -X POST http://127.0.0.1:8501/v1/models/tfformer:predict \\
   -d '{"signature_name": "translate", "inputs": ["hola mundo"]}' # {"outputs": {...}}
+curl -s -X POST http://127.0.0.1:8501/v1/models/tfformer:predict \\
+  -d '{"signature_name": "translate_nbest", "inputs": {"inputs": ["hola mundo"], "k": 2}}'
+# {"outputs": {"translations": [["...", "..."]], "scores": [[-1.73, -2.1]]}}
 """, [Cmd(check_rest_status, subs=LOCAL_REST), Cmd(check_rest_metadata, subs=LOCAL_REST),
           Cmd(check_rest_predictions(2), subs=LOCAL_REST),
-          Cmd(check_rest_outputs, subs=LOCAL_REST)]),
+          Cmd(check_rest_outputs, subs=LOCAL_REST), Cmd(check_rest_nbest, subs=LOCAL_REST)]),
         Py("""\
 from tfformer.serving.client import translate, TranslationError
 
@@ -853,10 +908,12 @@ assert issubclass(TranslationError, Exception)
 tfformer-translate "hola mundo" "buenos días"                  # one translation per line
 tfformer-translate --scores < input.txt > output.tsv            # stdin: one sentence per line
 tfformer-translate --saved-model models/tfformer "hola mundo"   # in process, highest version
+tfformer-translate --nbest 3 "hola mundo"                       # the 3 best, SCORE<TAB>TEXT each
 """, [
             Cmd(output_lines(2), append="--server {server}"),
             Cmd(check_output_tsv, subs={"--scores <": "--scores --server {server} <"}),
             Cmd(output_lines(1)),
+            Cmd(check_nbest(3), append="--server {server}"),
         ]),
     ],
 }

@@ -10,7 +10,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "tfformer")
 # What a program may use but training code may not: the export and everything serving.
 SERVING_SIDE = ("tfformer.export", "tfformer.serving", "tfformer.run", "tfformer.cli",
-                "tfformer.evaluate")
+                "tfformer.evaluate", "tfformer.ctranslate2_export")
 
 
 def modules():

@@ -1,4 +1,5 @@
-"""tfformer-export: write a training run as a SavedModel in the layout TF Serving watches.
+"""tfformer-export: write a training run as a SavedModel in the layout TF Serving watches, or as
+a CTranslate2 model directory.
 
     tfformer-export RUN_DIR --model-base-path models --name tfformer --version 1
 
@@ -7,6 +8,12 @@ one stock TF Serving has and that a fresh process (tensorflow + tensorflow_text 
 sample sentences exactly as the in-memory Translator does. A failed check exits 1 and leaves
 no version directory behind for TF Serving to load; bad input (no such run, a version that
 exists, a bad value) exits 2.
+
+    tfformer-export RUN_DIR --format ctranslate2 --out ct2-model [--quantization int8]
+
+writes ct2-model/{model.bin, config.json, shared_vocabulary.json, tokenizer.model} for
+CTranslate2 (pip install ctranslate2), checked to load and, with float32 weights, to reproduce
+the model's log-probabilities (see tfformer.ctranslate2_export); same exit codes.
 """
 
 from __future__ import annotations
@@ -17,13 +24,20 @@ import logging
 import sys
 
 from tfformer.cli.console import DefaultsOnceFormatter, start_logging
+from tfformer.ctranslate2_export import QUANTIZATIONS
 
 logger = logging.getLogger("tfformer.cli.export")
+
+SAVED_MODEL_ONLY = ("version", "beam_size", "length_penalty", "max_output_extra")
+CTRANSLATE2_ONLY = ("out", "quantization", "weights")
+
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="tfformer-export", description=__doc__.split("\n\n")[0],
                                      formatter_class=DefaultsOnceFormatter)
     parser.add_argument("run_dir", help="training run dir holding model.keras + tokenizer.model")
+    parser.add_argument("--format", choices=("savedmodel", "ctranslate2"), default="savedmodel",
+                        help="a SavedModel for TF Serving, or a CTranslate2 model directory")
     parser.add_argument("--model-base-path", default="models")
     parser.add_argument("--name", default="tfformer")
     parser.add_argument("--version", type=int, default=None,
@@ -38,28 +52,61 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="file of sentences (one per line) for the fresh-process check; "
                              "default: the run's dev sources (RUN_DIR/dev_sources.txt, written "
                              "by tfformer-train), else a few fixed Spanish sentences")
-    return parser.parse_args(argv)
+    parser.add_argument("--out", default=None,
+                        help="ctranslate2: the model directory to write (new or empty)")
+    parser.add_argument("--quantization", choices=QUANTIZATIONS, default=None,
+                        help="ctranslate2: weight type (default: none, float32 weights)")
+    parser.add_argument("--weights", default=None,
+                        help="ctranslate2: a .keras or .weights.h5 file of the run (default: "
+                             "model.keras, else the last checkpoint)")
+    args = parser.parse_args(argv)
+    wrong = SAVED_MODEL_ONLY if args.format == "ctranslate2" else CTRANSLATE2_ONLY
+    given = [f"--{name.replace('_', '-')}" for name in wrong if getattr(args, name) is not None]
+    if given:
+        parser.error(f"--format {args.format} does not take {', '.join(given)}")
+    if args.format == "ctranslate2" and args.out is None:
+        parser.error("--format ctranslate2 needs --out DIR")
+    return args
+
+
+def export_ctranslate2(args: argparse.Namespace) -> dict:
+    from tfformer.ctranslate2_export import export_ctranslate2
+
+    sentences = None
+    if args.check_sentences is not None:
+        with open(args.check_sentences, encoding="utf-8") as f:
+            sentences = [line.rstrip("\n") for line in f]
+    result = export_ctranslate2(args.run_dir, args.out, quantization=args.quantization,
+                                weights=args.weights, check_sentences=sentences)
+    return {"export_dir": result.path, "weights": result.weights,
+            "quantization": result.quantization,
+            "max_log_prob_difference": result.max_log_prob_difference}
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     start_logging()
     from tfformer import run
+    from tfformer.ctranslate2_export import CTranslate2ExportError
     from tfformer.export import ExportError
 
     try:
-        result = run.export(args.run_dir, args.model_base_path, args.name, args.version,
-                            beam_size=args.beam_size, length_penalty=args.length_penalty,
-                            max_output_extra=args.max_output_extra,
-                            check_sentences=args.check_sentences)
+        if args.format == "ctranslate2":
+            report = export_ctranslate2(args)
+        else:
+            result = run.export(args.run_dir, args.model_base_path, args.name, args.version,
+                                beam_size=args.beam_size, length_penalty=args.length_penalty,
+                                max_output_extra=args.max_output_extra,
+                                check_sentences=args.check_sentences)
+            report = {"export_dir": result.export_dir, "version": result.version,
+                      "check_sentences": result.check_sentences}
     except (FileNotFoundError, FileExistsError, ValueError) as error:  # what was asked for
         logger.error("%s", error)
         return 2
-    except ExportError as error:  # the export failed its own checks
+    except (ExportError, CTranslate2ExportError) as error:  # the export failed its own checks
         logger.error("%s", error)
         return 1
-    print(json.dumps({"export_dir": result.export_dir, "version": result.version,
-                      "check_sentences": result.check_sentences}))
+    print(json.dumps(report))
     return 0
 
 
