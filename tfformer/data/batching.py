@@ -32,6 +32,7 @@ import tensorflow as tf
 from tfformer.data.buckets import DEFAULT_BUCKET_GROWTH, bucket_batch_sizes, bucket_lengths
 from tfformer.data.sources import Pair, ParallelText
 from tfformer.special_tokens import PAD_ID
+from tfformer.validate import check_at_least
 
 if TYPE_CHECKING:
     from tfformer.tokenizer import Tokenizer
@@ -188,10 +189,8 @@ def make_dataset(pairs: Sequence[Pair] | ParallelText, tokenizer: "Tokenizer", *
 
 
 def _check_budget(batch_tokens: int, max_length: int, batch_multiple: int) -> None:
-    if max_length < 2:
-        raise ValueError(f"max_length must be >= 2 (a token plus BOS/EOS), got {max_length}")
-    if batch_multiple < 1:
-        raise ValueError(f"batch_multiple must be >= 1, got {batch_multiple}")
+    check_at_least("max_length", max_length, 2, why="a token plus BOS/EOS")
+    check_at_least("batch_multiple", batch_multiple)
     if batch_tokens < max_length * batch_multiple:
         # Otherwise sentences of max_length tokens could not be put in any batch.
         raise ValueError(

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from tfformer.validate import check_at_least
+
 DEFAULT_BUCKET_GROWTH = 1.1  # as much padding as padding each batch to its longest pair
 # Where every new shape is one more program to compile (TensorFlow's jit_compile, JAX): about
 # half the shapes for some more padding (on the Bible corpus 13 shapes and 14% padding, against
@@ -31,8 +33,7 @@ def bucket_lengths(max_length: int, *, min_length: int = 8,
     """
     if growth <= 1:
         raise ValueError(f"bucket growth must be > 1, got {growth}")
-    if min_length < 2:
-        raise ValueError(f"min_length must be >= 2, got {min_length}")
+    check_at_least("min_length", min_length, 2)
     lengths = []
     length = min_length
     while length < max_length:

@@ -24,6 +24,7 @@ from tfformer.data.sources import (
     holdout_key,
     utf8_strings,
 )
+from tfformer.validate import check_at_least
 
 HOLDOUT_FRACTION = 0.01  # of TRAIN held out as dev when no DEV file is given...
 MAX_HOLDOUT = 1000  # ...but at most this many pairs (and at least one)
@@ -182,8 +183,7 @@ def scan(corpus: Corpus, *, sample_sentences: int, skip_bad_lines: bool = False,
     Raises:
         DataError: on the first bad line (unless skip_bad_lines), or if no line is good.
     """
-    if sample_sentences < 2:
-        raise ValueError(f"sample_sentences must be >= 2, got {sample_sentences}")
+    check_at_least("sample_sentences", sample_sentences, 2)
     rng = np.random.default_rng(seed)
     # Pairs: a source and a target sentence each.
     sample = SentenceSample((sample_sentences + 1) // 2, sample_dir)

@@ -54,6 +54,7 @@ from tfformer.data.builtin.vocabulary import (
     number_to_english,
     number_to_spanish,
 )
+from tfformer.validate import check_at_least
 
 SPLIT_SIZES: dict[str, int] = {"train": 20000, "dev": 500, "test": 500}
 """Default number of pairs per split."""
@@ -407,7 +408,6 @@ def builtin_pairs(split: str = "train", n: int | None = None,
     if split not in SPLIT_SIZES:
         raise ValueError(f"unknown split {split!r}; choose one of {sorted(SPLIT_SIZES)}")
     count = SPLIT_SIZES[split] if n is None else n
-    if count < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
+    check_at_least("n", n, 0)
     pairs = iter_pairs(split, seed)
     return [next(pairs) for _ in range(count)]
