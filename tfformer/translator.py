@@ -56,12 +56,15 @@ class Translator(tf.Module):
         self.beam_size = self.decoding.beam_size
         self.length_penalty = self.decoding.length_penalty
         self.max_output_extra = self.decoding.max_output_extra
+        # autograph=False: the searches are graph ops (one tf.while_loop), so converting their
+        # Python (autograph) would only add seconds to every trace.
         self.translate = tf.function(
-            self._translate, input_signature=[tf.TensorSpec([None], tf.string, name=INPUT_NAME)])
+            self._translate, input_signature=[tf.TensorSpec([None], tf.string, name=INPUT_NAME)],
+            autograph=False)
         self.translate_nbest = tf.function(
             self._translate_nbest,
             input_signature=[tf.TensorSpec([None], tf.string, name=INPUT_NAME),
-                             tf.TensorSpec([], tf.int32, name=NBEST_K_NAME)])
+                             tf.TensorSpec([], tf.int32, name=NBEST_K_NAME)], autograph=False)
 
     def search(self, source_ids: tf.Tensor, n_best: int = 1) -> SearchResult:
         """This translator's search (greedy when beam_size is 1) over encoded source ids;

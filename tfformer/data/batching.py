@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.autograph.experimental import do_not_convert
 
 from tfformer.data.buckets import DEFAULT_BUCKET_GROWTH, bucket_batch_sizes, bucket_lengths
 from tfformer.data.sources import Pair, ParallelText
@@ -206,6 +207,7 @@ def _batch_by_length(strings: tf.data.Dataset, tokenizer: "Tokenizer", *, grid: 
     last length are dropped (and counted in `dropped`)."""
     max_length = grid[-1]
 
+    @do_not_convert
     def encode(sources: tf.Tensor, targets: tf.Tensor):
         target_in, target_out = tokenizer.encode_target(targets)
         return (tokenizer.encode_source(sources), target_in), target_out
@@ -215,11 +217,13 @@ def _batch_by_length(strings: tf.data.Dataset, tokenizer: "Tokenizer", *, grid: 
         encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
     # unbatch() yields rank-1 RaggedTensorSpecs; an identity map turns them into plain
     # tensors, which padded batching requires.
-    dataset = dataset.map(lambda inputs, target: ((inputs[0], inputs[1]), target))
+    dataset = dataset.map(do_not_convert(lambda inputs, target: ((inputs[0], inputs[1]), target)))
 
+    @do_not_convert
     def length(inputs, target):
         return tf.maximum(tf.shape(inputs[0])[0], tf.shape(target)[0])
 
+    @do_not_convert
     def fits(inputs, target):
         ok = length(inputs, target) <= max_length
         if dropped is not None:
@@ -240,6 +244,7 @@ def _batch_by_length(strings: tf.data.Dataset, tokenizer: "Tokenizer", *, grid: 
     rows_of_length[list(grid)] = batch_sizes
     rows_of_length = tf.constant(rows_of_length)
 
+    @do_not_convert
     def fill_rows(inputs, target):
         # A bucket's last batch of a finite dataset: rows of PAD up to the bucket's rows.
         rows = tf.gather(rows_of_length, tf.shape(target)[1])
@@ -270,6 +275,7 @@ class BatchStats:
         self._tokens = tf.Variable(0, dtype=tf.int64, trainable=False, name="batch_tokens")
         self._slots = tf.Variable(0, dtype=tf.int64, trainable=False, name="batch_slots")
 
+    @do_not_convert
     def record(self, inputs, target):
         """A tf.data map function: counts the batch, returns it unchanged."""
         source, target_in = inputs

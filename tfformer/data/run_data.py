@@ -22,6 +22,7 @@ from typing import Callable
 
 import keras
 import tensorflow as tf
+from tensorflow.autograph.experimental import do_not_convert
 
 from tfformer import compilations
 from tfformer.data.batching import BatchStats, make_eval_dataset, make_stream
@@ -212,7 +213,7 @@ def batches_per_pass(run: RunDir, data: RunData, *, batch_tokens: int, max_lengt
         data.corpus.train_pairs(skip_bad_lines=skip_bad_lines), data.tokenizer,
         batch_tokens=batch_tokens, max_length=max_length, shuffle_buffer_size=0,
         batch_multiple=batch_multiple, bucket_growth=bucket_growth)
-    count = int(batches.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
+    count = int(batches.reduce(tf.constant(0, tf.int64), do_not_convert(lambda n, _: n + 1)))
     logger.info("data: one pass is %d batches (counted in %.1f s, cached in %s)", count,
                 time.monotonic() - started, run.data_stats)
     if not write_cache:

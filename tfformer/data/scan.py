@@ -15,6 +15,7 @@ import tempfile
 from typing import Sequence
 
 import numpy as np
+from tensorflow.autograph.experimental import do_not_convert
 
 from tfformer.data.sources import (
     Corpus,
@@ -192,7 +193,8 @@ def scan(corpus: Corpus, *, sample_sentences: int, skip_bad_lines: bool = False,
     bad_lines: list[tuple[str, str]] = []
     records = corpus.records(in_order=True)
     if held_out is not None:
-        records = records.map(lambda r: {**r, "holdout_key": holdout_key(r, corpus.seed)})
+        records = records.map(do_not_convert(
+            lambda r: {**r, "holdout_key": holdout_key(r, corpus.seed)}))
     for batch, bad in checked_batches(records, skip_bad_lines):
         num_bad += int(bad.sum())
         for origin, line, reason in zip(batch["origin"][bad][:20 - len(bad_lines)],

@@ -15,6 +15,10 @@ shuffling, sharding per worker) and checks every line in the graph by the rules 
 `parse_tsv_lines`. A bad line raises `DataError` naming the file and the 1-based line, or is
 skipped and counted with `skip_bad_lines`. Dev and test sets are read into memory by the same
 rules: `read_tsv` is the one TSV reader (`tfformer.evaluate` reads test sets with it).
+
+The functions that `tf.data` traces here and in `tfformer.data.batching` are written in TensorFlow
+ops, without Python control flow on tensors: they are marked `do_not_convert`, which saves
+every process that builds a pipeline the seconds autograph takes to convert them.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.autograph.experimental import do_not_convert
 
 from tfformer.data.builtin import builtin_pairs
 
@@ -182,12 +187,14 @@ def tsv_records(paths: Sequence[str], *, shuffle_files: bool = False, seed: int 
     if repeat:
         files = files.repeat()
 
+    @do_not_convert
     def read(path):
         lines = tf.data.TextLineDataset(path, compression_type=_compression(path))
         lines = lines.enumerate(start=1)
         if num_shards > 1 and not by_file:
             lines = lines.shard(num_shards, shard_index)
 
+        @do_not_convert
         def parse(numbers, batch):
             # The checks run on whole batches: per-line work stays in TensorFlow's kernels.
             source, target, reason = parse_tsv_lines(batch, numbers)
@@ -202,6 +209,7 @@ def tsv_records(paths: Sequence[str], *, shuffle_files: bool = False, seed: int 
     return files.interleave(read, cycle_length=cycle_length, block_length=1, **parallel)
 
 
+@do_not_convert
 def _check_records(records: dict) -> dict:
     source, target, reason = _check_pairs(records["source"], records["target"])
     return {**records, "source": source, "target": target,
@@ -236,6 +244,7 @@ def tfds_records(name: str, split: str, data_dir: str | None = None) -> tf.data.
     origin = f"tfds:{name}[{split}]"
     dataset = tfds.load(name, split=split, as_supervised=True, data_dir=data_dir)
 
+    @do_not_convert
     def record(number, pair):
         source, target = pair
         valid = _valid_utf8(source) & _valid_utf8(target)
@@ -260,6 +269,7 @@ def holdout_key(record: dict, seed: int) -> tf.Tensor:
     return tf.strings.to_hash_bucket_strong(text, HOLDOUT_KEY_RANGE, key=[seed, 7919])
 
 
+@do_not_convert
 def _stop_at_bad_records(records: dict) -> dict:
     """Passes a batch of good records on; fails the pipeline at the first bad one with
     MARK + "FILE:LINE: reason" + END."""
@@ -337,7 +347,8 @@ class Corpus:
                 elements = elements.repeat()
             records = batch_records(elements)
         if self.swap:
-            records = records.map(lambda r: {**r, "source": r["target"], "target": r["source"]})
+            records = records.map(do_not_convert(
+                lambda r: {**r, "source": r["target"], "target": r["source"]}))
         return records
 
     def train_pairs(self, *, skip_bad_lines: bool = False, skipped: tf.Variable | None = None,
@@ -358,6 +369,7 @@ class Corpus:
         if not skip_bad_lines:
             records = records.map(_stop_at_bad_records)
 
+        @do_not_convert
         def keep(batch):
             good = tf.equal(batch["reason"], "")
             if skip_bad_lines and skipped is not None:
