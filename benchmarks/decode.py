@@ -1,8 +1,17 @@
 """Decoding latency: greedy vs beam 4, batch 1 vs 32, tiny vs base, cached vs full recomputation,
-in process vs through gRPC (the local TF Serving stand-in, official stub). JSON on stdout.
+in process vs through gRPC (the local TF Serving stand-in, official stub), and our SavedModel
+(fp32, bf16) against CTranslate2 (fp32, int8) on the same weights. JSON on stdout.
 
-    .venv/bin/python benchmarks/decode.py > decode.json          # everything (~20 minutes)
+    .venv/bin/python benchmarks/decode.py > decode.json          # everything (~30 minutes)
     .venv/bin/python benchmarks/decode.py --presets tiny --reps 3
+    .venv/bin/python benchmarks/decode.py --formats only > decode_formats.json  # ~10 minutes
+
+The "formats" rows time, for each search (greedy; beam 4 with length penalty 0.6) and batch,
+`tfformer-export`'s SavedModel in float32 and with `--precision bf16`, and
+`tfformer-export --format ctranslate2`'s model with float32 and int8 weights (CTranslate2 with
+`--threads` intra-op threads), called in turn round after round; `over_ctranslate2_fp32` is each
+one's median time over CTranslate2 fp32's. `cpu_flags` names what sets bf16's speed
+(AVX512_BF16, AMX).
 
 Every hypothesis is exactly 64 tokens long: the models are random with EOS's output embedding set
 to zero (so EOS never wins before the length limit) and max_output_extra chosen so that the
@@ -137,6 +146,93 @@ def matmul_floor(model, rows: int, reps: int, budget_seconds: float) -> dict:
     return timed(run, reps, budget_seconds)
 
 
+def paired_all(functions: dict, reps: int, budget_seconds: float) -> dict:
+    """Times several functions in turn, round after round (one warm-up call each first), so
+    that drift in machine load hits all alike: {name: {"median_ms", "runs"}}."""
+    for function in functions.values():
+        function()
+    times = {name: [] for name in functions}
+    for _ in range(reps):
+        if sum(map(sum, times.values())) > budget_seconds and all(times.values()):
+            break
+        for name, function in functions.items():
+            start = time.perf_counter()
+            function()
+            times[name].append(time.perf_counter() - start)
+    return {name: {"median_ms": round(1000 * statistics.median(t), 2), "runs": len(t)}
+            for name, t in times.items()}
+
+
+# Decoding formats on the same weights: our SavedModel in float32 and in bf16
+# (`tfformer-export --precision`), CTranslate2's model from `tfformer-export --format
+# ctranslate2` with float32 and int8 weights.
+FORMATS = ("savedmodel-fp32", "savedmodel-bf16", "ctranslate2-fp32", "ctranslate2-int8")
+
+
+def format_comparison(preset: str, model, tokenizer, extra: int, batches, reps: int,
+                      budget_seconds: float, threads: int) -> list[dict]:
+    """Each search (greedy, beam 4 with length penalty 0.6) and batch size, every format called
+    in turn: median ms for OUTPUT_TOKENS output tokens, and each format's time over
+    CTranslate2 fp32's."""
+    import ctranslate2
+    import sentencepiece
+    import tensorflow as tf
+
+    from tfformer.ctranslate2_export import TRANSLATE_OPTIONS, export_ctranslate2
+    from tfformer.export import export_saved_model
+    from tfformer.translator import Translator, in_precision
+
+    rows = []
+    with tempfile.TemporaryDirectory() as work:
+        run = os.path.join(work, "run")
+        os.makedirs(run)
+        model.save(os.path.join(run, "model.keras"))
+        tokenizer.save(os.path.join(run, "tokenizer.model"))
+        translators = {}
+        for quantization in ("none", "int8"):
+            out = os.path.join(work, f"ct2-{quantization}")
+            export_ctranslate2(run, out, quantization=quantization)
+            translators[quantization] = ctranslate2.Translator(
+                out, device="cpu", inter_threads=1, intra_threads=threads)
+        pieces = sentencepiece.SentencePieceProcessor(
+            model_file=os.path.join(work, "ct2-none", "tokenizer.model"))
+        for search, beam_size in (("greedy", 1), ("beam4", 4)):
+            signatures = {}
+            for precision in ("fp32", "bf16"):
+                translator = Translator(in_precision(model, precision), tokenizer,
+                                        beam_size=beam_size, max_output_extra=extra)
+                path = export_saved_model(translator, work, f"{search}-{precision}", 1)
+                signatures[precision] = tf.saved_model.load(path).signatures["serving_default"]
+            for batch in batches:
+                inputs = tf.constant([SENTENCE] * batch)
+                tokens = [pieces.encode(SENTENCE, out_type=str)] * batch
+
+                def ct2(quantization, tokens=tokens, beam_size=beam_size):
+                    return translators[quantization].translate_batch(
+                        tokens, beam_size=beam_size, length_penalty=0.6,
+                        max_decoding_length=OUTPUT_TOKENS, **TRANSLATE_OPTIONS)
+
+                # Ours: OUTPUT_TOKENS by construction (`build`); CTranslate2 stops at the same
+                # limit, as EOS (a zero embedding) never wins there either.
+                ct2_pieces = len(ct2("none")[0].hypotheses[0])
+                timings = paired_all({
+                    "savedmodel-fp32": lambda: signatures["fp32"](inputs=inputs),
+                    "savedmodel-bf16": lambda: signatures["bf16"](inputs=inputs),
+                    "ctranslate2-fp32": lambda: ct2("none"),
+                    "ctranslate2-int8": lambda: ct2("int8"),
+                }, reps * 2 if batch == 1 else reps, budget_seconds)
+                reference = timings["ctranslate2-fp32"]["median_ms"]
+                row = {"preset": preset, "search": search, "batch": batch,
+                       "ctranslate2_output_pieces": ct2_pieces,
+                       **{name: timings[name] for name in FORMATS},
+                       "over_ctranslate2_fp32": {name: round(timings[name]["median_ms"]
+                                                             / reference, 2)
+                                                 for name in FORMATS}}
+                rows.append(row)
+                print(json.dumps(row), file=sys.stderr, flush=True)
+    return rows
+
+
 def build(preset: str, tokenizer):
     import numpy as np
 
@@ -161,6 +257,11 @@ def main(argv=None) -> int:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--budget", type=float, default=20.0,
                         help="seconds of timed calls per measurement at most (after warm-up)")
+    parser.add_argument("--formats", choices=("with", "only", "without"), default="with",
+                        help="the comparison of our SavedModel (fp32, bf16) with CTranslate2 "
+                             "(fp32, int8) on the same weights; needs the ctranslate2 extra")
+    parser.add_argument("--threads", type=int, default=os.cpu_count(),
+                        help="CTranslate2's intra_threads (TensorFlow uses every core)")
     args = parser.parse_args(argv)
 
     import keras
@@ -176,13 +277,26 @@ def main(argv=None) -> int:
     from tfformer.translator import Translator
 
     tokenizer = Tokenizer.train([s for p in builtin_pairs("train", n=5000) for s in p], 4000)
+    from tfformer.precision import matmul_flags
+
     results = {"output_tokens": OUTPUT_TOKENS, "vocab_size": tokenizer.vocab_size,
                "tensorflow": tf.__version__, "cpu_count": os.cpu_count(),
-               "transport": transport_overhead(200), "rows": []}
-    print(json.dumps(results["transport"]), file=sys.stderr, flush=True)
+               "cpu_flags": matmul_flags(), "rows": [], "formats": []}
+    if args.formats != "only":
+        results["transport"] = transport_overhead(200)
+        print(json.dumps(results["transport"]), file=sys.stderr, flush=True)
     for preset in args.presets:
         model, source = build(preset, tokenizer)
         extra = OUTPUT_TOKENS - len(source)
+        if args.formats != "without":
+            import ctranslate2
+
+            results["ctranslate2"] = ctranslate2.__version__
+            results["formats"] += format_comparison(preset, model, tokenizer, extra,
+                                                    args.batches, args.reps, args.budget,
+                                                    args.threads)
+        if args.formats == "only":
+            continue
         searches = {"greedy": lambda ids, cache: greedy_search(model, ids, extra, cache),
                     "beam4": lambda ids, cache: beam_search(model, ids, 4, 0.6, extra,
                                                             use_cache=cache)}

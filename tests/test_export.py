@@ -1,5 +1,6 @@
 """Translator and SavedModel export: the contract stock TF Serving relies on."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -14,6 +15,7 @@ import tensorflow as tf
 
 from tests.test_rest import call
 from tfformer.cli.export import main as export_main
+from tfformer.contract import read_saved_model
 from tfformer.export import (
     ExportError,
     check_ops,
@@ -202,8 +204,83 @@ def compat_python():
     return path
 
 
-def test_export_runs_unchanged_on_tensorflow_and_tf_text_2_20(exported, translator):
-    _, path = exported
+@pytest.fixture(scope="module")
+def bf16_translator(run_dir):
+    return load_translator(run_dir, max_output_extra=EXTRA, precision="bf16")
+
+
+@pytest.fixture(scope="module")
+def exported_bf16(run_dir, tmp_path_factory):
+    """tfformer-export --precision bf16 of the run: (model base path, version dir, report)."""
+    base = tmp_path_factory.mktemp("models_bf16")
+    sentences = base / "check.txt"
+    sentences.write_text("".join(f"{s}\n" for s in SENTENCES))
+    out = base / "report.json"
+    with open(out, "w") as stdout, contextlib.redirect_stdout(stdout):
+        assert export_main([str(run_dir), "--model-base-path", str(base), "--precision", "bf16",
+                            "--max-output-extra", str(EXTRA),
+                            "--check-sentences", str(sentences)]) == 0
+    report = json.loads(out.read_text())
+    return base, report["export_dir"], report
+
+
+def op_dtypes(export_dir) -> dict[str, set[str]]:
+    """{op type: the dtypes its "T" attribute takes} over the SavedModel's functions."""
+    found = {}
+    for meta_graph in read_saved_model(export_dir).meta_graphs:
+        for function in meta_graph.graph_def.library.function:
+            for node in function.node_def:
+                if node.attr["T"].type:
+                    found.setdefault(node.op, set()).add(tf.as_dtype(node.attr["T"].type).name)
+    return found
+
+
+def test_bf16_export_stores_and_multiplies_in_bf16_and_keeps_norms_and_scores_in_float32(
+        exported_bf16, translator, bf16_translator):
+    _, path, report = exported_bf16  # checked: stock TF Serving's ops, in a fresh process
+    assert report["precision"] == "bf16" and report["version"] == 1
+    stored = tf.train.load_checkpoint(os.path.join(path, "variables", "variables"))
+    dtypes = stored.get_variable_to_dtype_map().values()
+    assert {d.name for d in dtypes if d.is_floating} == {"bfloat16"}
+    ops = op_dtypes(path)
+    assert ops["MatMul"] == ops["BatchMatMulV2"] == {"bfloat16"}  # every matmul
+    # The attention softmax, LayerNorm's moments and rsqrt, the log-softmax and the top-k over
+    # beam scores: float32 only.
+    for op in ("Softmax", "Mean", "SquaredDifference", "Rsqrt", "LogSoftmax", "TopKV2"):
+        assert ops[op] == {"float32"}, op
+
+    # Each weight is the float32 weight rounded to the nearest bfloat16 (TensorFlow's cast).
+    for ours, full in zip(bf16_translator.model.weights, translator.model.weights, strict=True):
+        assert ours.dtype == "bfloat16" and ours.path == full.path
+        rounded = tf.cast(tf.cast(full.value, tf.bfloat16), tf.float32)
+        np.testing.assert_array_equal(tf.cast(ours.value, tf.float32).numpy(), rounded.numpy())
+    # The logits stay float32, within bfloat16's precision (8 bits) of the float32 model's.
+    ids = np.random.default_rng(0).integers(4, translator.model.transformer_config.vocab_size,
+                                            size=(3, 9)).astype("int32")
+    full_logits = translator.model((ids, ids), training=False)
+    bf16_logits = bf16_translator.model((ids, ids), training=False)
+    assert bf16_logits.dtype == tf.float32
+    scale = float(tf.reduce_max(tf.abs(full_logits)))
+    error = float(tf.reduce_max(tf.abs(bf16_logits - full_logits)))
+    assert 0 < error < 0.05 * scale, (error, scale)
+
+
+def test_export_program_refuses_an_unknown_precision(run_dir, capsys):
+    with pytest.raises(SystemExit) as usage:
+        export_main([str(run_dir), "--precision", "fp16"])
+    assert usage.value.code == 2 and "invalid choice: 'fp16'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="precision must be one of fp32, bf16, got 'int8'"):
+        load_translator(run_dir, precision="int8")
+    with pytest.raises(SystemExit) as usage:
+        export_main([str(run_dir), "--format", "ctranslate2", "--out", "x", "--precision", "bf16"])
+    assert "--format ctranslate2 does not take --precision" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_export_runs_unchanged_on_tensorflow_and_tf_text_2_20(precision, request):
+    path = request.getfixturevalue("exported" if precision == "fp32" else "exported_bf16")[1]
+    translator = request.getfixturevalue(
+        "translator" if precision == "fp32" else "bf16_translator")
     python = compat_python()
     versions = subprocess.run(
         [python, "-c", "import tensorflow as tf, tensorflow_text as t; "

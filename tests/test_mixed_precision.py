@@ -109,3 +109,7 @@ def test_auto_precision_is_bf16_only_where_the_hardware_multiplies_in_it(tmp_pat
     with precision.policy("bf16"):
         assert keras.config.dtype_policy().name == "mixed_bfloat16"
     assert keras.config.dtype_policy().name == before
+    # What a bf16 export logs about this CPU.
+    assert "natively (amx_bf16, avx512_bf16)" in precision.describe_bf16_support(
+        {"avx2", "avx512_bf16", "amx_bf16"})
+    assert "neither AVX512_BF16 nor AMX" in precision.describe_bf16_support({"avx2", "avx512f"})

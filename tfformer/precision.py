@@ -18,6 +18,9 @@ from typing import Iterator
 
 POLICIES = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 CHOICES = ("auto", *POLICIES)
+# What an exported translator's weights may be stored and multiplied in
+# (`tfformer.translator.in_precision`): no loss scaling or float32 master weights at inference.
+INFERENCE_PRECISIONS = ("fp32", "bf16")
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 # The flags that set a CPU's matmul speed, named beside the measurements.
 MATMUL_CPU_FLAGS = ("avx2", "avx512f", *BF16_CPU_FLAGS, "amx_tile")
@@ -83,6 +86,24 @@ def policy(precision: str | None) -> Iterator[None]:
         yield
     finally:
         keras.config.set_dtype_policy(before)
+
+
+def check_inference_precision(precision: str) -> None:
+    """Raises ValueError unless `precision` is one of INFERENCE_PRECISIONS."""
+    if precision not in INFERENCE_PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(INFERENCE_PRECISIONS)}, "
+                         f"got {precision!r}")
+
+
+def describe_bf16_support(flags: set[str] | None = None) -> str:
+    """Whether this CPU multiplies bf16 natively, for a bf16 export's log line."""
+    found = sorted((cpu_flags() if flags is None else flags) & set(BF16_CPU_FLAGS))
+    if found:
+        return (f"this CPU multiplies them natively ({', '.join(found)}): decoding reads half "
+                "the bytes of float32 and multiplies faster")
+    return ("this CPU has neither AVX512_BF16 nor AMX: it converts bf16 to float32 to multiply, "
+            "which can be slower than a float32 export; bf16 pays off on CPUs with AVX512_BF16 "
+            "or AMX, GPUs and TPUs")
 
 
 def describe(precision: str | None) -> str:

@@ -20,6 +20,7 @@ from tfformer.contract import (
     OUTPUT_TRANSLATIONS,
 )
 from tfformer.model import Transformer
+from tfformer.precision import check_inference_precision
 from tfformer.run_dir import RunDir
 from tfformer.search import SearchResult, beam_search, greedy_search
 from tfformer.special_tokens import PAD_ID
@@ -104,12 +105,41 @@ class Translator(tf.Module):
                 zip(outputs[OUTPUT_TRANSLATIONS].numpy(), outputs[OUTPUT_SCORES].numpy())]
 
 
-def load_translator(run_dir: str | os.PathLike, **translator_kwargs) -> Translator:
-    """Builds a Translator from a training run dir: `model.keras` plus `tokenizer.model`.
+
+
+def in_precision(model: Transformer, precision: str) -> Transformer:
+    """The model with its weights stored and multiplied in `precision`: itself for "fp32", a
+    copy under Keras' "bfloat16" policy for "bf16". The copy keeps in float32 what the mixed
+    policies keep there: LayerNorm (Keras computes it in float32), the attention softmax and the
+    logits (`tfformer.model`), hence the log-probabilities and the beam scores.
+
+    bf16 halves the weights a decoding step reads; it multiplies faster only where the hardware
+    does it natively (a CPU with AVX512_BF16 or AMX, a GPU, a TPU).
+    """
+    check_inference_precision(precision)
+    if precision == "fp32":
+        return model
+    before = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("bfloat16")
+    try:
+        copy = Transformer(model.transformer_config, name=model.name)
+        copy.build()
+    finally:
+        keras.config.set_dtype_policy(before)
+    copy.set_weights(model.get_weights())  # each weight rounded to bfloat16
+    return copy
+
+
+def load_translator(run_dir: str | os.PathLike, *, precision: str = "fp32",
+                    **translator_kwargs) -> Translator:
+    """Builds a Translator from a training run dir: `model.keras` plus `tokenizer.model`, its
+    weights in `precision` (`in_precision`).
 
     Raises:
         FileNotFoundError: naming whichever of the two files is missing.
+        ValueError: an unknown precision.
     """
+    check_inference_precision(precision)
     run = RunDir(run_dir)
     for path in (run.model, run.tokenizer):
         if not os.path.exists(path):
@@ -118,4 +148,4 @@ def load_translator(run_dir: str | os.PathLike, **translator_kwargs) -> Translat
                                     f"{os.path.basename(run.tokenizer)}")
     tokenizer = Tokenizer.from_file(run.tokenizer)
     model = keras.models.load_model(run.model, compile=False)
-    return Translator(model, tokenizer, **translator_kwargs)
+    return Translator(in_precision(model, precision), tokenizer, **translator_kwargs)

@@ -25,10 +25,11 @@ import sys
 
 from tfformer.cli.console import DefaultsOnceFormatter, start_logging
 from tfformer.ctranslate2_export import QUANTIZATIONS
+from tfformer.precision import INFERENCE_PRECISIONS
 
 logger = logging.getLogger("tfformer.cli.export")
 
-SAVED_MODEL_ONLY = ("version", "beam_size", "length_penalty", "max_output_extra")
+SAVED_MODEL_ONLY = ("version", "beam_size", "length_penalty", "max_output_extra", "precision")
 CTRANSLATE2_ONLY = ("out", "quantization", "weights")
 
 
@@ -48,6 +49,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="alpha (default: 0.6, as in the paper)")
     parser.add_argument("--max-output-extra", type=int, default=None,
                         help="maximum output length = input length + this (default: 50)")
+    parser.add_argument("--precision", choices=INFERENCE_PRECISIONS, default=None,
+                        help="of the weights and matmuls: bf16 stores and multiplies them in "
+                             "bfloat16 (LayerNorm, softmax and scores stay float32); it pays "
+                             "off on CPUs with AVX512_BF16 or AMX (default: fp32)")
     parser.add_argument("--check-sentences", default=None,
                         help="file of sentences (one per line) for the fresh-process check; "
                              "default: the run's dev sources (RUN_DIR/dev_sources.txt, written "
@@ -97,9 +102,10 @@ def main(argv=None) -> int:
             result = run.export(args.run_dir, args.model_base_path, args.name, args.version,
                                 beam_size=args.beam_size, length_penalty=args.length_penalty,
                                 max_output_extra=args.max_output_extra,
-                                check_sentences=args.check_sentences)
+                                check_sentences=args.check_sentences,
+                                precision=args.precision or "fp32")
             report = {"export_dir": result.export_dir, "version": result.version,
-                      "check_sentences": result.check_sentences}
+                      "precision": result.precision, "check_sentences": result.check_sentences}
     except (FileNotFoundError, FileExistsError, ValueError) as error:  # what was asked for
         logger.error("%s", error)
         return 2
