@@ -228,6 +228,11 @@ def format_comparison(preset: str, model, tokenizer, extra: int, batches, reps: 
                        "over_ctranslate2_fp32": {name: round(timings[name]["median_ms"]
                                                              / reference, 2)
                                                  for name in FORMATS}}
+                if batch == 1:  # bound by reading the weights: what float32 cannot go below
+                    floor = matmul_floor(model, beam_size, reps * 2, budget_seconds)["median_ms"]
+                    row["matmul_floor_fp32_ms"] = floor
+                    row["savedmodel_fp32_over_floor"] = round(
+                        timings["savedmodel-fp32"]["median_ms"] / floor, 2)
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
     return rows

@@ -779,9 +779,11 @@ from tfformer import run
 from tfformer.settings import TrainSettings
 result = run.train("runs/mine", "tiny", TrainSettings(steps=400))       # rerun: continues
 exported = run.export("runs/mine", model_base_path="models")            # models/tfformer/N
-""", subs={"steps=400": "steps=4, dev_sentences=2"}, check="""\
+""", subs={"steps=400": "steps=4, dev_sentences=2",
+           "model.fit(dataset, epochs=1)": "model.fit(dataset, epochs=1, steps_per_epoch=4)"},
+        check="""\
 import os
-assert info.num_pairs == len(pairs) == 2000 and model.optimizer.iterations.numpy() > 0
+assert info.num_pairs == len(pairs) == 2000 and model.optimizer.iterations.numpy() == 4
 assert tokens.shape[:2] == (1, 1) and scores.shape == (1, 1) and os.path.isfile("model.keras")
 assert result.step == 4 and os.path.isfile("runs/mine/model.keras")
 assert exported.version == 2 and exported.export_dir == os.path.join("models", "tfformer", "2")
@@ -924,6 +926,9 @@ INLINE_WHITELIST = {
         "a list of flags (README.md, Train)",
     "tfformer-train --recipe FILE":
         "a synopsis: FILE is a placeholder; training/README.md's block runs real recipes",
+    "tfformer-export runs/tiny-builtin --precision bf16":
+        "tests/test_export.py runs tfformer-export --precision bf16 and checks the export's "
+        "dtypes; here it would add an export to this test for no other check",
 }
 
 
