@@ -39,6 +39,21 @@ def test_build_from_int_ids_builds_under_a_strategy_without_data():
     assert np.isfinite(history.history["loss"][0])
 
 
+def test_without_a_strategy_the_optimizer_is_built_first_and_the_step_traced_once():
+    model = Transformer(TransformerConfig(vocab_size=20, d_model=8, num_heads=2, d_ff=8,
+                                          num_encoder_layers=1, num_decoder_layers=1))
+    compile_transformer(model)
+    traced = []
+    train_step = model.train_step
+    model.train_step = lambda data: (traced.append(1), train_step(data))[1]  # runs per trace
+    x = np.full((2, 3), 5, np.int32)
+    history = model.fit(tf.data.Dataset.from_tensors(((x, x), x)).repeat(3), verbose=0)
+    assert model.optimizer.built and int(model.optimizer.iterations) == 3
+    # Keras' own deferred build creates the optimizer's variables in the first trace, and
+    # TensorFlow then traces the step a second time.
+    assert len(traced) == 1 and np.isfinite(history.history["loss"][0])
+
+
 @pytest.mark.parametrize("multi_worker", [False, True])
 def test_reducible_logs_adds_an_axis_only_for_multi_worker(multi_worker):
     class Fake(tf.distribute.MultiWorkerMirroredStrategy):

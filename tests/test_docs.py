@@ -526,6 +526,7 @@ def check_eval_average(doc: DocRun, result) -> None:
 
 def check_export(doc: DocRun, result) -> None:
     assert last_json(result.stdout) == {"export_dir": "models/tfformer/1", "version": 1,
+                                        "precision": "fp32",
                                         "check_sentences": "runs/tiny-builtin/dev_sources.txt"}
     version = doc.path("models/tfformer/1")
     assert is_file(version / "saved_model.pb") and (version / "variables").is_dir()

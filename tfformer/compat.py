@@ -21,9 +21,12 @@ def build_from_int_ids(model: keras.Model) -> None:
     token ids become float32 under MirroredStrategy, and MultiWorkerMirroredStrategy's reduce
     fails on them (keras-team/keras#21172: non-float inputs break distributed fit). Building
     from the fixed int32 spec needs no data at all.
+
+    Without a strategy Keras defers building to the first traced step, which then creates the
+    optimizer's variables inside the tf.function: TensorFlow traces the step twice and puts an
+    initializer `cond` per variable into the graph (~4 s of a tiny model's first step). Built
+    here, before the trace, the step is traced once.
     """
-    if model._distribute_strategy is None:
-        return  # Keras defers building to the first traced step
     ids = keras.KerasTensor((None, None), "int32")
     with model.distribute_strategy.scope():
         model._symbolic_build(data_batch=((ids, ids), ids))
