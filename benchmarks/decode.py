@@ -59,19 +59,27 @@ def timed(function, reps: int, budget_seconds: float) -> dict:
 def paired(first, second, reps: int, budget_seconds: float,
            warm_up: bool = True) -> tuple[dict, dict]:
     """Times two functions alternately, so that drift in machine load hits both alike."""
+    timings = paired_all({"first": first, "second": second}, reps, budget_seconds, warm_up)
+    return timings["first"], timings["second"]
+
+
+def paired_all(functions: dict, reps: int, budget_seconds: float,
+               warm_up: bool = True) -> dict:
+    """Times several functions in turn, round after round (after one warm-up call each), so
+    that drift in machine load hits all alike: {name: {"median_ms", "runs"}}."""
     if warm_up:
-        first(), second()
-    a, b = [], []
+        for function in functions.values():
+            function()
+    times = {name: [] for name in functions}
     for _ in range(reps):
-        if a and sum(a) + sum(b) > budget_seconds:
+        if all(times.values()) and sum(map(sum, times.values())) > budget_seconds:
             break
-        for function, times in ((first, a), (second, b)):
+        for name, function in functions.items():
             start = time.perf_counter()
             function()
-            times.append(time.perf_counter() - start)
-    summarize = lambda times: {"median_ms": round(1000 * statistics.median(times), 2),  # noqa: E731
-                               "runs": len(times)}
-    return summarize(a), summarize(b)
+            times[name].append(time.perf_counter() - start)
+    return {name: {"median_ms": round(1000 * statistics.median(t), 2), "runs": len(t)}
+            for name, t in times.items()}
 
 
 def transport_overhead(reps: int) -> list[dict]:
@@ -144,23 +152,6 @@ def matmul_floor(model, rows: int, reps: int, budget_seconds: float) -> dict:
                              (tf.constant(0), tf.ones([rows, d_model])))[1]
 
     return timed(run, reps, budget_seconds)
-
-
-def paired_all(functions: dict, reps: int, budget_seconds: float) -> dict:
-    """Times several functions in turn, round after round (one warm-up call each first), so
-    that drift in machine load hits all alike: {name: {"median_ms", "runs"}}."""
-    for function in functions.values():
-        function()
-    times = {name: [] for name in functions}
-    for _ in range(reps):
-        if sum(map(sum, times.values())) > budget_seconds and all(times.values()):
-            break
-        for name, function in functions.items():
-            start = time.perf_counter()
-            function()
-            times[name].append(time.perf_counter() - start)
-    return {name: {"median_ms": round(1000 * statistics.median(t), 2), "runs": len(t)}
-            for name, t in times.items()}
 
 
 # Decoding formats on the same weights: our SavedModel in float32 and in bf16

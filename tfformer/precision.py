@@ -74,14 +74,20 @@ def resolve(setting: str | None, *, flags: set[str] | None = None,
     return "bf16" if accelerator or flags & set(BF16_CPU_FLAGS) else None
 
 
+def policy(precision: str | None) -> contextlib.AbstractContextManager[None]:
+    """Keras' global dtype policy for training in `precision` (None: float32) while models are
+    built in the block (`dtype_policy`)."""
+    return dtype_policy(POLICIES[precision] if precision else "float32")
+
+
 @contextlib.contextmanager
-def policy(precision: str | None) -> Iterator[None]:
-    """Keras' global dtype policy for `precision` (None: float32) while models are built in the
-    block; the previous policy afterwards, so that a run leaves the process as it found it."""
+def dtype_policy(name: str) -> Iterator[None]:
+    """Keras' global dtype policy `name` while models are built in the block; the previous
+    policy afterwards, so that a run leaves the process as it found it."""
     import keras
 
     before = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(POLICIES[precision] if precision else "float32")
+    keras.config.set_dtype_policy(name)
     try:
         yield
     finally:
@@ -97,7 +103,7 @@ def check_inference_precision(precision: str) -> None:
 
 def describe_bf16_support(flags: set[str] | None = None) -> str:
     """Whether this CPU multiplies bf16 natively, for a bf16 export's log line."""
-    found = sorted((cpu_flags() if flags is None else flags) & set(BF16_CPU_FLAGS))
+    found = bf16_flags(flags)
     if found:
         return (f"this CPU multiplies them natively ({', '.join(found)}): decoding reads half "
                 "the bytes of float32 and multiplies faster")
@@ -106,6 +112,11 @@ def describe_bf16_support(flags: set[str] | None = None) -> str:
             "or AMX, GPUs and TPUs")
 
 
+def bf16_flags(flags: set[str] | None = None) -> list[str]:
+    """Which of BF16_CPU_FLAGS the CPU (or `flags`) has, sorted."""
+    return sorted((cpu_flags() if flags is None else flags) & set(BF16_CPU_FLAGS))
+
+
 def describe(precision: str | None) -> str:
-    flags = sorted(cpu_flags() & set(BF16_CPU_FLAGS)) or ["no AVX512_BF16 or AMX"]
+    flags = bf16_flags() or ["no AVX512_BF16 or AMX"]
     return f"{POLICIES.get(precision, 'float32')} (CPU: {', '.join(flags)}; {os.cpu_count()} cores)"

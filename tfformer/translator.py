@@ -20,7 +20,7 @@ from tfformer.contract import (
     OUTPUT_TRANSLATIONS,
 )
 from tfformer.model import Transformer
-from tfformer.precision import check_inference_precision
+from tfformer.precision import check_inference_precision, dtype_policy
 from tfformer.run_dir import RunDir
 from tfformer.search import SearchResult, beam_search, greedy_search
 from tfformer.special_tokens import PAD_ID
@@ -119,13 +119,9 @@ def in_precision(model: Transformer, precision: str) -> Transformer:
     check_inference_precision(precision)
     if precision == "fp32":
         return model
-    before = keras.config.dtype_policy()
-    keras.config.set_dtype_policy("bfloat16")
-    try:
+    with dtype_policy("bfloat16"):  # variables and compute; not mixed: no float32 weights
         copy = Transformer(model.transformer_config, name=model.name)
         copy.build()
-    finally:
-        keras.config.set_dtype_policy(before)
     copy.set_weights(model.get_weights())  # each weight rounded to bfloat16
     return copy
 
