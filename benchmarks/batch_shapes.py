@@ -6,14 +6,16 @@ training (and JAX) on the same corpus, in one run. JSON on stdout.
 
 1. Grid: one pass over the training pairs for each bucket growth: buckets, distinct batch shapes,
    the share of padding, and the padding the same batches would have if each were padded only
-   to its own longest pair (what the pipeline did before the grid).
+   to its own longest pair (what the pipeline did before the grid); and the same for pairs
+   packed into rows of `--pack-length` tokens (`--pack-length` of tfformer-train).
 2. Training: the tiny preset in child processes (fresh XLA caches), one per contender, each on
    the batches its own settings make (plain TF: the default grid; `--jit` and JAX: the compiled
-   grid). It times the first `--first` updates, compilations included, and the target tokens
-   per second of the `--more` updates after them; it also reports the shapes the updates saw
-   and, on JAX, the train step's compilations. Targets (issue 19): compilations <= buckets,
-   padding <= 15% on the Bible corpus, --jit no slower per target token than plain after
-   warm-up, and its first updates within 1.2x of plain's time.
+   grid; `_packed`: packed rows, one shape). It times the first `--first` updates,
+   compilations included, and the target tokens per second of the `--more` updates after them;
+   it also reports the shapes the updates saw and, on JAX, the train step's compilations.
+   Targets (issue 19): compilations <= buckets, padding <= 15% on the Bible corpus, --jit no
+   slower per target token than plain after warm-up, and its first updates within 1.2x of
+   plain's time.
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIBLE = os.path.join(ROOT, "..", "shared", "data", "bible-es-en")
-CONTENDERS = {  # name -> (backend, jit)
-    "tensorflow": ("tensorflow", False),
-    "tensorflow_jit": ("tensorflow", True),
-    "jax": ("jax", True),
+CONTENDERS = {  # name -> (backend, jit, packed)
+    "tensorflow": ("tensorflow", False, False),
+    "tensorflow_jit": ("tensorflow", True, False),
+    "tensorflow_jit_packed": ("tensorflow", True, True),
+    "jax": ("jax", True, False),
+    "jax_packed": ("jax", True, True),
 }
 
 
@@ -48,6 +52,29 @@ def training_pairs(spec: str, limit: int | None) -> list[tuple[str, str]]:
         if limit and len(pairs) >= limit:
             break
     return pairs
+
+
+def packed_report(pairs, tokenizer, pack_length: int, batch_tokens: int) -> dict:
+    """About one pass of the (endless) training stream packed into rows: shapes and padding."""
+    import tensorflow as tf
+
+    from tfformer.data.batching import BatchStats, make_stream
+
+    stats = BatchStats()
+    strings = tf.data.Dataset.from_tensor_slices(([s for s, _ in pairs], [t for _, t in pairs]))
+    dropped = tf.Variable(0, dtype=tf.int64)
+    one_pass = int(make_stream(strings, tokenizer, batch_tokens=batch_tokens,
+                               max_length=pack_length, pack_length=pack_length,
+                               dropped=dropped).reduce(tf.constant(0, tf.int64),
+                                                       lambda n, _: n + 1))
+    for _ in make_stream(strings.repeat(), tokenizer, batch_tokens=batch_tokens,
+                         max_length=pack_length, pack_length=pack_length, stats=stats,
+                         seed=1).take(one_pass):
+        pass
+    found = stats.read()
+    return {"pack_length": pack_length, "batches": found["batches"],
+            "distinct_shapes": len(found["shapes"]), "padding": round(found["padding"], 4),
+            "shapes": found["shapes"], "dropped_pairs": int(dropped.numpy())}
 
 
 def grid_report(pairs, tokenizer, growth: float, batch_tokens: int, max_length: int) -> dict:
@@ -85,7 +112,7 @@ def grid_report(pairs, tokenizer, growth: float, batch_tokens: int, max_length: 
 
 def child(args) -> int:
     """One contender: fit `first + more` updates on its own batches; JSON on stdout."""
-    backend, jit = CONTENDERS[args.child]
+    backend, jit, packed = CONTENDERS[args.child]
     os.environ["KERAS_BACKEND"] = backend
     import keras
     import tensorflow as tf
@@ -108,7 +135,8 @@ def child(args) -> int:
         ([s for s, _ in pairs], [t for _, t in pairs])).repeat()
     stats = BatchStats()
     stream = make_stream(strings, tokenizer, batch_tokens=args.batch_tokens, max_length=256,
-                         bucket_growth=growth, stats=stats, seed=2)
+                         bucket_growth=growth, stats=stats, seed=2,
+                         pack_length=args.pack_length if packed else 0)
     # The batches are made before the clock starts, so that only training is timed.
     batches = list(stream.take(args.first + args.more).as_numpy_iterator())
     target_tokens = [int((batch[1] != PAD_ID).sum()) for batch in batches]
@@ -117,7 +145,8 @@ def child(args) -> int:
         yield from batches
 
     spec = tf.TensorSpec([None, None], tf.int32)
-    data = tf.data.Dataset.from_generator(generate, output_signature=((spec, spec), spec))
+    inputs = (spec,) * len(batches[0][0])  # ids, or ids and segment ids
+    data = tf.data.Dataset.from_generator(generate, output_signature=(inputs, spec))
     model = Transformer(get_preset("tiny", vocab_size=tokenizer.vocab_size))
     model.build()
     compile_transformer(model, jit_compile=jit if backend == "tensorflow" else "auto")
@@ -131,7 +160,8 @@ def child(args) -> int:
     more_seconds = ends[-1] - ends[args.first - 1]
     shapes = {f"{b[1].shape[0]}x{b[1].shape[1]}" for b in batches}
     report = {
-        "backend": backend, "jit": jit, "bucket_growth": growth,
+        "backend": backend, "jit": jit,
+        **({"pack_length": args.pack_length} if packed else {"bucket_growth": growth}),
         "first_updates": args.first, "first_seconds": round(first_seconds, 2),
         "more_updates": args.more, "more_seconds": round(more_seconds, 2),
         "more_target_tokens_per_second": round(sum(target_tokens[args.first:]) / more_seconds, 1),
@@ -155,6 +185,8 @@ def main(argv=None) -> int:
     parser.add_argument("--growths", default="1.1,1.25")
     parser.add_argument("--first", type=int, default=200)
     parser.add_argument("--more", type=int, default=200)
+    parser.add_argument("--pack-length", type=int, default=128,
+                        help="tokens per row of the packed contenders")
     parser.add_argument("--limit", type=int, default=None, help="use at most this many pairs")
     parser.add_argument("--contenders", default=",".join(CONTENDERS))
     parser.add_argument("--child", choices=CONTENDERS, help=argparse.SUPPRESS)
@@ -178,7 +210,8 @@ def main(argv=None) -> int:
               "cpu_flags": matmul_flags(),
               "command": " ".join([os.path.relpath(sys.executable, ROOT), *sys.argv]),
               "grid": [grid_report(pairs, tokenizer, float(g), args.batch_tokens, 256)
-                       for g in args.growths.split(",")]}
+                       for g in args.growths.split(",")],
+              "packed": packed_report(pairs, tokenizer, args.pack_length, args.batch_tokens)}
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer.save(os.path.join(tmp, "sp.model"))
         with open(os.path.join(tmp, "pairs.tsv"), "w", encoding="utf-8") as f:
@@ -189,19 +222,21 @@ def main(argv=None) -> int:
                 [sys.executable, os.path.abspath(__file__), "--child", name,
                  "--tokenizer", os.path.join(tmp, "sp.model"),
                  "--pairs", os.path.join(tmp, "pairs.tsv"), "--first", str(args.first),
-                 "--more", str(args.more), "--batch-tokens", str(args.batch_tokens)],
+                 "--more", str(args.more), "--batch-tokens", str(args.batch_tokens),
+                 "--pack-length", str(args.pack_length)],
                 capture_output=True, text=True, env={**os.environ, "JAX_COMPILATION_CACHE_DIR": ""})
             if result.returncode:
                 raise RuntimeError(f"{name} failed:\n{result.stderr[-3000:]}")
             training[name] = json.loads(result.stdout.strip().splitlines()[-1])
     report["training"] = training
-    if "tensorflow" in training and "tensorflow_jit" in training:
-        plain, jit = training["tensorflow"], training["tensorflow_jit"]
-        report["jit_vs_plain"] = {
-            "first_updates_time": round(jit["first_seconds"] / plain["first_seconds"], 3),
-            "target_tokens_per_second_after": round(
-                jit["more_target_tokens_per_second"] / plain["more_target_tokens_per_second"],
-                3)}
+    for name in ("tensorflow_jit", "tensorflow_jit_packed"):
+        if "tensorflow" in training and name in training:
+            plain, jit = training["tensorflow"], training[name]
+            report[name.replace("tensorflow_jit", "jit") + "_vs_plain"] = {
+                "first_updates_time": round(jit["first_seconds"] / plain["first_seconds"], 3),
+                "target_tokens_per_second_after": round(
+                    jit["more_target_tokens_per_second"]
+                    / plain["more_target_tokens_per_second"], 3)}
     print(json.dumps(report, indent=1))
     return 0
 

@@ -41,7 +41,7 @@ def test_batch_shapes_benchmark_reports_bounded_shapes_and_compilations():
     result = subprocess.run(
         [sys.executable, os.path.join(ROOT, "benchmarks", "batch_shapes.py"), "--data",
          "builtin", "--limit", "600", "--vocab-size", "300", "--first", "3", "--more", "2",
-         "--contenders", "tensorflow,jax"],
+         "--pack-length", "64", "--contenders", "tensorflow,jax,jax_packed"],
         capture_output=True, text=True, timeout=900,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert result.returncode == 0, result.stderr[-3000:]
@@ -65,3 +65,8 @@ def test_batch_shapes_benchmark_reports_bounded_shapes_and_compilations():
     assert 1 <= jax["train_step_compilations"] <= jax["distinct_shapes"]
     assert plain["train_step_compilations"] is None
     assert plain["first_updates"] == 3 and plain["more_target_tokens_per_second"] > 0
+    # Packed rows: one shape, one compilation, and less padding than the compiled grid.
+    packed, jax_packed = report["packed"], report["training"]["jax_packed"]
+    assert packed["distinct_shapes"] == 1 and list(packed["shapes"]) == ["64x64"]
+    assert packed["padding"] < coarse["padding"]
+    assert jax_packed["distinct_shapes"] == jax_packed["train_step_compilations"] == 1

@@ -130,6 +130,58 @@ def test_stream_batches_every_pair_once_and_counts_the_dropped_ones(tokenizer, p
         make_stream(strings, tokenizer, batch_tokens=30, max_length=40)
 
 
+def _packed_rows(dataset, rows_per_batch, length):
+    """Every pair of packed batches, read back by its segment id, checking that each batch has
+    the one shape and that a pair's tokens lie together, in one row, on both sides."""
+    pairs, used_rows = [], 0
+    for (source, target_in, source_segments, target_segments), target_out in \
+            dataset.as_numpy_iterator():
+        assert source.shape == target_out.shape == source_segments.shape == (rows_per_batch,
+                                                                              length)
+        for row in range(rows_per_batch):
+            segments = sorted(set(source_segments[row]) - {0})
+            assert segments == sorted(set(target_segments[row]) - {0})
+            assert segments == list(range(1, len(segments) + 1))
+            used_rows += bool(segments)
+            assert np.all((source[row] == PAD_ID) == (source_segments[row] == 0))
+            assert np.all((target_in[row] == PAD_ID) == (target_segments[row] == 0))
+            for segment in segments:
+                s, t = (np.flatnonzero(source_segments[row] == segment),
+                        np.flatnonzero(target_segments[row] == segment))
+                assert np.all(np.diff(s) == 1) and np.all(np.diff(t) == 1)  # contiguous
+                pairs.append((tuple(source[row, s]), tuple(target_in[row, t]),
+                              tuple(target_out[row, t])))
+    return pairs, used_rows
+
+
+def test_packed_stream_holds_every_pair_once_in_one_shape_and_pads_less(tokenizer, pairs):
+    strings = tf.data.Dataset.from_tensor_slices(([s for s, _ in pairs], [t for _, t in pairs]))
+    dropped = tf.Variable(0, dtype=tf.int64)
+    packed_stats, bucketed_stats = BatchStats(), BatchStats()
+    dataset = make_stream(strings, tokenizer, batch_tokens=1024, max_length=80, dropped=dropped,
+                          seed=2, shuffle_buffer_size=64, pack_length=64, stats=packed_stats)
+    rows, used_rows = _packed_rows(dataset, 1024 // 64, 64)
+    expected, expected_dropped = _expected_rows(pairs, tokenizer, 64)
+    assert collections.Counter(rows) == collections.Counter(expected)
+    assert int(dropped.numpy()) == expected_dropped > 0  # longer than the rows: counted
+    assert used_rows < len(rows) / 2  # rows hold several pairs
+    packed = packed_stats.read()
+    assert list(packed["shapes"]) == ["16x64"]
+    for _ in make_stream(strings, tokenizer, batch_tokens=1024, max_length=64,
+                         shuffle_buffer_size=0, stats=bucketed_stats):
+        pass
+    assert packed["padding"] < bucketed_stats.read()["padding"]
+    # Under several replicas, the rows are a multiple of them (each replica's share alike).
+    (inputs, _), = make_stream(strings, tokenizer, batch_tokens=1024, max_length=80,
+                               pack_length=64, batch_multiple=3).take(1).as_numpy_iterator()
+    assert inputs[0].shape == inputs[3].shape == (15, 64)
+    with pytest.raises(ValueError, match=r"pack_length \(48\) must be <= max_length \(40\)"):
+        make_stream(strings, tokenizer, batch_tokens=512, max_length=40, pack_length=48)
+    with pytest.raises(ValueError, match=r"batch_tokens \(512\) must be >= pack_length"):
+        make_stream(strings, tokenizer, batch_tokens=512, max_length=40, pack_length=40,
+                    batch_multiple=16)
+
+
 def test_shuffle_is_seeded_and_eval_is_deterministic(tokenizer, pairs):
     def first_batches(**kwargs):
         dataset, _ = make_dataset(pairs, tokenizer, batch_tokens=300, max_length=40, **kwargs)

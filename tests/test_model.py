@@ -10,7 +10,7 @@ import pytest
 from keras import ops
 
 from tfformer import Transformer, compile_transformer, get_preset
-from tfformer.special_tokens import BOS_ID
+from tfformer.special_tokens import BOS_ID, EOS_ID
 
 to_numpy = ops.convert_to_numpy
 
@@ -128,6 +128,70 @@ def test_wrong_rank_or_dtype_raises_value_error_naming_expectation(tiny_config, 
 def test_inputs_must_be_a_pair(tiny_config):
     with pytest.raises(ValueError, match=r"inputs=\(source_ids, target_in_ids\)"):
         Transformer(tiny_config)(np.zeros((2, 3), "int32"))
+    ids = np.ones((2, 3), "int32")
+    with pytest.raises(ValueError, match="target_segment_ids\\) for packed rows, got tuple of 3"):
+        Transformer(tiny_config)((ids, ids, ids))
+
+
+def pack(pairs, length):
+    """NumPy packing, written out: each row's pairs one after the other, segment ids from 1."""
+    rows = {side: np.zeros((len(pairs), length), "int32") for side in range(4)}
+    for row, row_pairs in enumerate(pairs):
+        start = [0, 0]
+        for segment, (source, target) in enumerate(row_pairs, 1):
+            for side, ids in ((0, source), (1, target)):
+                rows[side][row, start[side]:start[side] + len(ids)] = ids
+                rows[side + 2][row, start[side]:start[side] + len(ids)] = segment
+                start[side] += len(ids)
+    return tuple(rows[side] for side in range(4))
+
+
+@pytest.mark.parametrize("norm,positional", [("post", "sinusoidal"), ("pre", "learned")])
+def test_a_packed_row_gives_each_pair_the_logits_it_has_alone(tiny_config, norm, positional):
+    model = Transformer(tiny_config.replace(norm=norm, positional=positional))
+    rng = np.random.default_rng(3)
+
+    def sentence(length, bos=False):
+        ids = rng.integers(4, tiny_config.vocab_size, size=length).astype("int32")
+        if bos:
+            ids[0] = BOS_ID
+        return ids
+
+    # Row 0 holds three pairs, row 1 one pair and more padding.
+    pairs = [[(sentence(s), sentence(t, bos=True)) for s, t in row]
+             for row in ([(4, 6), (7, 3), (2, 5)], [(9, 8)])]
+    packed = to_numpy(model(pack(pairs, 16)))
+    for row, row_pairs in enumerate(pairs):
+        start = 0
+        for source, target in row_pairs:
+            alone = to_numpy(model((source[None], target[None])))[0]
+            np.testing.assert_allclose(packed[row, start:start + len(target)], alone, atol=1e-5)
+            start += len(target)
+    # Not vacuous: the same row read as one long pair gives other logits.
+    source, target, _, _ = pack(pairs, 16)
+    unpacked = to_numpy(model((source, target)))
+    assert np.abs(unpacked[0, 6:9] - packed[0, 6:9]).max() > 1e-3
+
+
+def test_packed_rows_train_to_the_loss_of_the_same_pairs_unpacked(tiny_config):
+    """The masked loss of a packed batch is the loss of its pairs in an ordinary padded batch."""
+    rng = np.random.default_rng(4)
+    sizes = [(5, 4), (3, 6), (6, 5), (4, 3)]
+    pairs = [(rng.integers(4, 40, s).astype("int32"),
+              np.concatenate([[BOS_ID], rng.integers(4, 40, t - 1)]).astype("int32"))
+             for s, t in sizes]
+    outs = [np.concatenate([target[1:], [EOS_ID]]).astype("int32") for _, target in pairs]
+    packed = pack([pairs[:2], pairs[2:]], 12)
+    packed_out = pack([[(o, o) for o in outs[:2]], [(o, o) for o in outs[2:]]], 12)[0]
+    padded = tuple(np.stack([np.pad(p[side], (0, 6 - len(p[side]))) for p in pairs])
+                   for side in range(2))
+    padded_out = np.stack([np.pad(o, (0, 6 - len(o))) for o in outs])
+    losses = []
+    for inputs, out in ((packed, packed_out), (padded, padded_out)):
+        keras.utils.set_random_seed(0)
+        model = compile_transformer(Transformer(tiny_config.replace(dropout=0.0)))
+        losses.append(float(model.evaluate(inputs, out, verbose=0, return_dict=True)["loss"]))
+    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
 
 
 def paper_count(config):

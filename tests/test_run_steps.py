@@ -141,3 +141,15 @@ def test_a_run_its_deadline_stopped_ends_normally(tmp_path, caplog):
                          chief=False)
     assert "stopped at step 3 of 5: 0.5 minutes of wall time used" in caplog.text
     assert (tmp_path / "model.keras").read_text() == "model"
+
+
+def test_packed_training_batches_are_asked_for_and_bounded_by_the_config(monkeypatch):
+    asked = {}
+    monkeypatch.setattr(run_data, "assemble", lambda *args, **kwargs: asked.update(kwargs))
+    run_steps.assemble_batches(None, None, TrainSettings(pack_length=32), SMALL, placement(),
+                               "tensorflow")
+    assert asked["pack_length"] == 32 and asked["max_length"] == SMALL.max_length
+    with pytest.raises(ValueError, match=r"pack_length \(300\) must be <= the config's "
+                                         r"max_length \(256\)"):
+        run_steps.assemble_batches(None, None, TrainSettings(pack_length=300), SMALL,
+                                   placement(), "tensorflow")

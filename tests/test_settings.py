@@ -88,7 +88,10 @@ def test_budget_refuses_epochs_that_end_between_updates():
     (lambda: TrainSettings(dev_sentences=-1), "dev_sentences must be >= 0, got -1"),
     (lambda: TransformerConfig(vocab_size=4),
      "vocab_size must be >= 5 (4 reserved ids plus one piece), got 4"),
-], ids=["default", "with-reason", "backup_every", "vocab_sample", "dev_sentences", "vocab_size"])
+    (lambda: TrainSettings(pack_length=-1),
+     "pack_length must be >= 2 (a token plus BOS/EOS), got -1"),
+], ids=["default", "with-reason", "backup_every", "vocab_sample", "dev_sentences", "vocab_size",
+        "pack_length"])
 def test_checks_name_the_setting_and_the_bound(call, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         call()

@@ -12,7 +12,15 @@ from keras import ops
 # loads wherever the Transformer can.
 from tfformer import compat, losses, schedule  # noqa: F401
 from tfformer.config import TransformerConfig
-from tfformer.layers import Decoder, Encoder, SharedEmbedding, causal_mask, padding_mask
+from tfformer.layers import (
+    Decoder,
+    Encoder,
+    SharedEmbedding,
+    causal_mask,
+    padding_mask,
+    segment_mask,
+    segment_positions,
+)
 from tfformer.special_tokens import PAD_ID
 
 
@@ -34,6 +42,11 @@ class Transformer(compat.TrainerFixes, keras.Model):
     Call arguments:
         inputs: tuple (source_ids, target_in_ids), int tensors [batch, S] and [batch, T], padded
             with PAD_ID (0), which is masked everywhere. target_in_ids starts with BOS.
+            Or, for rows packed with several pairs (`tfformer.data.packing`), the tuple
+            (source_ids, target_in_ids, source_segment_ids, target_segment_ids): pair i of a
+            row has segment id i (from 1) on both sides, PAD has 0; a token attends only to its
+            own pair, and positions (§3.5) restart at each pair. The logits of a packed row are
+            those of its pairs computed one by one.
         training: whether dropout is active.
 
     Returns:
@@ -78,13 +91,32 @@ class Transformer(compat.TrainerFixes, keras.Model):
         return ops.cast(ids, "int32")
 
     def call(self, inputs, training=None):
-        if not isinstance(inputs, (tuple, list)) or len(inputs) != 2:
-            raise ValueError("Transformer expects inputs=(source_ids, target_in_ids), got "
-                             f"{type(inputs).__name__}")
+        if not isinstance(inputs, (tuple, list)) or len(inputs) not in (2, 4):
+            raise ValueError(
+                "Transformer expects inputs=(source_ids, target_in_ids), or (source_ids, "
+                "target_in_ids, source_segment_ids, target_segment_ids) for packed rows, got "
+                f"{type(inputs).__name__}" + (f" of {len(inputs)}" if isinstance(
+                    inputs, (tuple, list)) else ""))
         source_ids = self._check_ids(inputs[0], "source_ids")
         target_ids = self._check_ids(inputs[1], "target_in_ids")
+        if len(inputs) == 4:
+            return self._packed_call(source_ids, target_ids,
+                                     self._check_ids(inputs[2], "source_segment_ids"),
+                                     self._check_ids(inputs[3], "target_segment_ids"), training)
         memory, source_mask = self.encode(source_ids, training=training)
         return self.decode(target_ids, memory, source_mask, training=training)
+
+    def _packed_call(self, source_ids, target_ids, source_segments, target_segments, training):
+        """Teacher forcing on rows packed with several pairs: masks and positions per pair."""
+        embedding = self.source_embedding or self.embedding
+        memory = self.encoder(embedding(source_ids), segment_mask(source_segments, source_segments),
+                              positions=segment_positions(source_segments), training=training)
+        self_mask = ops.logical_and(causal_mask(ops.shape(target_ids)[1]),
+                                    segment_mask(target_segments, target_segments))
+        hidden = self.decoder(self.embedding(target_ids), memory, self_mask,
+                              segment_mask(target_segments, source_segments),
+                              positions=segment_positions(target_segments), training=training)
+        return ops.cast(self.embedding.logits(hidden), "float32")
 
     def encode(self, source_ids, training=None, return_attention_scores=False):
         """Runs the encoder once.

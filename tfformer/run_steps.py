@@ -98,15 +98,20 @@ def open_run_state(run: RunDir, settings: TrainSettings) -> RunState:
 def assemble_batches(shared: RunDir, data: run_data.RunData, settings: TrainSettings,
                      config: TransformerConfig, placement: Placement,
                      backend: str) -> run_data.RunBatches:
-    """This worker's training stream and dev batches, on the bucket grid of its backend."""
+    """This worker's training stream and dev batches, on the bucket grid of its backend (the
+    training stream packed instead, with `pack_length`)."""
+    if settings.pack_length > config.max_length:
+        raise ValueError(f"pack_length ({settings.pack_length}) must be <= the config's "
+                         f"max_length ({config.max_length})")
     compiled = settings.jit or backend != "tensorflow"  # JAX compiles every step
     return run_data.assemble(
         shared, data, batch_tokens=settings.batch_tokens, max_length=config.max_length,
         seed=settings.seed, skip_bad_lines=settings.skip_bad_lines,
         batch_multiple=placement.replicas,
         bucket_growth=settings.bucket_growth or default_growth(compiled),
-        num_workers=placement.num_workers, worker_index=placement.worker_index,
-        shuffle_buffer_size=settings.shuffle_buffer, write_cache=placement.chief)
+        pack_length=settings.pack_length, num_workers=placement.num_workers,
+        worker_index=placement.worker_index, shuffle_buffer_size=settings.shuffle_buffer,
+        write_cache=placement.chief)
 
 
 def build_model(config: TransformerConfig, settings: TrainSettings, placement: Placement,
@@ -146,7 +151,7 @@ def make_callbacks(settings: TrainSettings, run: RunDir, data: run_data.RunData,
     callbacks = [
         keras.callbacks.TerminateOnNaN(),
         KeepLastCheckpoints(run.checkpoints, keep=settings.keep_checkpoints),
-        run_data.LogDataCounters(batches.counters, max_length),
+        run_data.LogDataCounters(batches.counters, settings.pack_length or max_length),
         batch_shapes,
     ]
     if settings.dev_sentences and chief:

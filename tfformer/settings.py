@@ -53,6 +53,10 @@ class TrainSettings:
             (`tfformer.data.buckets`): smaller pads less, larger has fewer batch shapes, each one
             more program for XLA to compile (default 1.1, or 1.25 where steps are compiled:
             `jit`, or JAX).
+        pack_length: 0 batches pairs by length on the bucket grid; N packs several pairs
+            into rows of N tokens instead (`tfformer.data.packing`): one batch shape, so XLA
+            compiles the train step once, and less padding; pairs longer than N are dropped
+            (and counted). At most the config's max_length.
         label_smoothing: epsilon_ls of the loss (§5.4).
         warmup_steps: updates of learning-rate warmup (§5.3; default 4000 as in the paper, or
             the preset's own: tiny 400).
@@ -86,6 +90,7 @@ class TrainSettings:
     steps_per_epoch: int | None = None
     batch_tokens: int = 4096
     bucket_growth: float | None = None
+    pack_length: int = 0
     label_smoothing: float = 0.1
     warmup_steps: int | None = None
     lr_scale: float = 1.0
@@ -110,6 +115,8 @@ class TrainSettings:
             check_at_least(name, getattr(self, name))
         check_at_least("vocab_sample", self.vocab_sample, 2)
         check_at_least("dev_sentences", self.dev_sentences, 0)
+        if self.pack_length:
+            check_at_least("pack_length", self.pack_length, 2, why="a token plus BOS/EOS")
         check_fraction("label_smoothing", self.label_smoothing)
         if self.bucket_growth is not None and not self.bucket_growth > 1:
             raise ValueError(f"bucket_growth must be > 1, got {self.bucket_growth}")

@@ -76,6 +76,11 @@ def parse_args(argv=None, recipe: str | None = None) -> argparse.Namespace:
                         help="ratio between the lengths of the batches' bucket grid: smaller "
                              "pads less, larger has fewer batch shapes for XLA to compile "
                              "(default 1.1, or 1.25 with --jit or JAX)")
+    parser.add_argument("--pack-length", type=int, default=SETTINGS["pack_length"],
+                        metavar="N",
+                        help="pack several pairs into training rows of N tokens: one batch "
+                             "shape (XLA compiles the step once) and less padding; pairs "
+                             "longer than N are dropped (default 0: batches by length)")
     parser.add_argument("--label-smoothing", type=float, default=SETTINGS["label_smoothing"],
                         help="epsilon_ls of the loss (§5.4)")
     parser.add_argument("--warmup-steps", type=int, default=SETTINGS["warmup_steps"],

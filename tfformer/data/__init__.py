@@ -4,8 +4,10 @@
   the one TSV reader), `DataError`;
 * `builtin`: the synthetic Spanish→English corpus (`vocabulary` tables, `grammar`);
 * `scan`: the one ordered pass over the training side (counts, held-out dev, vocabulary sample);
-* `buckets` (no TensorFlow) and `batching`: the grid of batch shapes, the token budget, the
-  length-bucketed `tf.data` batches;
+* `buckets` (no TensorFlow): the grid of batch shapes and the rows per bucket;
+* `packing`: several pairs per row of a fixed length, with segment ids (one batch shape);
+* `batching`: tokenized in the graph, the token budget, the length-bucketed (or packed)
+  `tf.data` batches;
 * `run_data`: what one training run trains and validates on.
 
 Import the stage you use (`from tfformer.data.batching import make_dataset`): this package

@@ -18,6 +18,9 @@ geometric grid (`tfformer.data.buckets`), both sides of a batch are padded with 
 bucket's length, each bucket has a fixed number of rows from the token budget, and a finite
 dataset's last, partial batch of a bucket is filled up with rows of PAD only (which the PAD-masked
 loss and metrics ignore). `BatchStats` counts the shapes and the padding as the batches go by.
+
+`make_stream(pack_length=N)` packs the training stream instead (`tfformer.data.packing`):
+several pairs per row of N tokens, with segment ids, and one batch shape.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import tensorflow as tf
 from tensorflow.autograph.experimental import do_not_convert
 
 from tfformer.data.buckets import DEFAULT_BUCKET_GROWTH, bucket_batch_sizes, bucket_lengths
+from tfformer.data.packing import pack_pairs, rows_per_batch
 from tfformer.data.sources import Pair, ParallelText
 from tfformer.special_tokens import PAD_ID
 from tfformer.validate import check_at_least
@@ -199,13 +203,10 @@ def _check_budget(batch_tokens: int, max_length: int, batch_multiple: int) -> No
             f"batch_multiple ({batch_multiple}) so that every kept sentence fits in a batch")
 
 
-def _batch_by_length(strings: tf.data.Dataset, tokenizer: "Tokenizer", *, grid: Sequence[int],
-                     batch_sizes: Sequence[int], tokenize_batch_size: int,
-                     dropped: tf.Variable | None = None,
-                     stats: "BatchStats | None" = None) -> tf.data.Dataset:
-    """(source, target) strings -> batches of the buckets' shapes; pairs longer than the grid's
-    last length are dropped (and counted in `dropped`)."""
-    max_length = grid[-1]
+def _tokenized(strings: tf.data.Dataset, tokenizer: "Tokenizer", *, max_length: int,
+               tokenize_batch_size: int, dropped: tf.Variable | None = None) -> tf.data.Dataset:
+    """(source, target) strings -> ``((source, target_in), target_out)`` ids; pairs longer than
+    max_length are dropped (and counted in `dropped`)."""
 
     @do_not_convert
     def encode(sources: tf.Tensor, targets: tf.Tensor):
@@ -220,23 +221,36 @@ def _batch_by_length(strings: tf.data.Dataset, tokenizer: "Tokenizer", *, grid: 
     dataset = dataset.map(do_not_convert(lambda inputs, target: ((inputs[0], inputs[1]), target)))
 
     @do_not_convert
-    def length(inputs, target):
-        return tf.maximum(tf.shape(inputs[0])[0], tf.shape(target)[0])
-
-    @do_not_convert
     def fits(inputs, target):
-        ok = length(inputs, target) <= max_length
+        ok = _length(inputs, target) <= max_length
         if dropped is not None:
             with tf.control_dependencies([dropped.assign_add(1 - tf.cast(ok, tf.int64))]):
                 ok = tf.identity(ok)
         return ok
 
-    dataset = dataset.filter(fits)
+    return dataset.filter(fits)
+
+
+@do_not_convert
+def _length(inputs, target):
+    """A pair's length: its longer side."""
+    return tf.maximum(tf.shape(inputs[0])[0], tf.shape(target)[0])
+
+
+def _batch_by_length(strings: tf.data.Dataset, tokenizer: "Tokenizer", *, grid: Sequence[int],
+                     batch_sizes: Sequence[int], tokenize_batch_size: int,
+                     dropped: tf.Variable | None = None,
+                     stats: "BatchStats | None" = None) -> tf.data.Dataset:
+    """(source, target) strings -> batches of the buckets' shapes; pairs longer than the grid's
+    last length are dropped (and counted in `dropped`)."""
+    max_length = grid[-1]
+    dataset = _tokenized(strings, tokenizer, max_length=max_length,
+                         tokenize_batch_size=tokenize_batch_size, dropped=dropped)
     pad = tf.constant(PAD_ID, tf.int32)
     # bucket_by_sequence_length's bucket i holds lengths < boundaries[i] and pads to
     # boundaries[i] - 1; the bucket past the last boundary stays empty (`fits`).
     dataset = dataset.bucket_by_sequence_length(
-        length, bucket_boundaries=[n + 1 for n in grid],
+        _length, bucket_boundaries=[n + 1 for n in grid],
         bucket_batch_sizes=[*batch_sizes, batch_sizes[-1]],
         padded_shapes=(([None], [None]), [None]), padding_values=((pad, pad), pad),
         pad_to_bucket_boundary=True, drop_remainder=False)
@@ -278,7 +292,7 @@ class BatchStats:
     @do_not_convert
     def record(self, inputs, target):
         """A tf.data map function: counts the batch, returns it unchanged."""
-        source, target_in = inputs
+        source, target_in = inputs[:2]
         shape = tf.strings.format("{}x{}", (tf.shape(target_in)[0], tf.shape(target_in)[1]))
         real = tf.math.count_nonzero(source != PAD_ID) + tf.math.count_nonzero(
             target_in != PAD_ID)
@@ -286,7 +300,7 @@ class BatchStats:
         updates = [self._shapes.insert(shape, self._shapes.lookup(shape) + 1),
                    self._tokens.assign_add(real), self._slots.assign_add(slots)]
         with tf.control_dependencies(updates):
-            return (tf.identity(source), tf.identity(target_in)), tf.identity(target)
+            return tuple(tf.identity(x) for x in inputs), tf.identity(target)
 
     def read(self) -> dict:
         keys, counts = self._shapes.export()
@@ -301,8 +315,8 @@ def make_stream(pairs: tf.data.Dataset, tokenizer: "Tokenizer", *, batch_tokens:
                 max_length: int, dropped: tf.Variable | None = None, seed: int = 0,
                 shuffle_buffer_size: int = 100_000, batch_multiple: int = 1,
                 bucket_growth: float = DEFAULT_BUCKET_GROWTH, min_bucket_length: int = 8,
-                stats: BatchStats | None = None,
-                tokenize_batch_size: int = 256) -> tf.data.Dataset:
+                stats: BatchStats | None = None, tokenize_batch_size: int = 256,
+                pack_length: int = 0) -> tf.data.Dataset:
     """Batches an endless stream of (source, target) strings for training.
 
     The same batches as `make_dataset(repeat=True)` (see there for the token budget and
@@ -320,18 +334,31 @@ def make_stream(pairs: tf.data.Dataset, tokenizer: "Tokenizer", *, batch_tokens:
             `Counters.dropped`; None: not counted).
         seed: shuffle seed.
         shuffle_buffer_size: pairs held in the shuffle buffer (0: no shuffle).
+        pack_length: 0 buckets by length; else pairs are packed into rows of this many tokens
+            (`tfformer.data.packing`: one batch shape, [batch_tokens // pack_length rows,
+            pack_length], inputs with segment ids), and pairs longer than it are dropped.
 
     Returns:
         the prefetched dataset of batches.
     """
-    _check_budget(batch_tokens, max_length, batch_multiple)
-    grid = bucket_lengths(max_length, min_length=min_bucket_length, growth=bucket_growth)
-    batch_sizes = bucket_batch_sizes(grid, batch_tokens, batch_multiple)
     if shuffle_buffer_size:
         pairs = pairs.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=True)
-    dataset = _batch_by_length(
-        pairs, tokenizer, grid=grid, batch_sizes=batch_sizes, stats=stats,
-        tokenize_batch_size=tokenize_batch_size, dropped=dropped)
+    if pack_length:
+        if pack_length > max_length:
+            raise ValueError(f"pack_length ({pack_length}) must be <= max_length ({max_length})")
+        dataset = pack_pairs(
+            _tokenized(pairs, tokenizer, max_length=pack_length,
+                       tokenize_batch_size=tokenize_batch_size, dropped=dropped),
+            length=pack_length, rows=rows_per_batch(pack_length, batch_tokens, batch_multiple))
+        if stats is not None:
+            dataset = dataset.map(stats.record)
+    else:
+        _check_budget(batch_tokens, max_length, batch_multiple)
+        grid = bucket_lengths(max_length, min_length=min_bucket_length, growth=bucket_growth)
+        dataset = _batch_by_length(
+            pairs, tokenizer, grid=grid,
+            batch_sizes=bucket_batch_sizes(grid, batch_tokens, batch_multiple), stats=stats,
+            tokenize_batch_size=tokenize_batch_size, dropped=dropped)
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 

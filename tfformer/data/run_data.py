@@ -155,14 +155,14 @@ class Counters:
 def training_batches(data: RunData, trained_batches: int = 0, *, batch_tokens: int,
                      max_length: int, seed: int, skip_bad_lines: bool = False,
                      batch_multiple: int = 1,
-                     bucket_growth: float = DEFAULT_BUCKET_GROWTH,
+                     bucket_growth: float = DEFAULT_BUCKET_GROWTH, pack_length: int = 0,
                      num_workers: int = 1, worker_index: int = 0,
                      shuffle_buffer_size: int = 100_000,
                      counters: Counters | None = None,
                      stats: BatchStats | None = None) -> tf.data.Dataset:
     """The endless training batches of this worker: its shard of the files (or lines),
     shuffled by file and in a bounded buffer, tokenized and bucketed in the graph into the
-    shapes of the bucket grid (counted in `stats`).
+    shapes of the bucket grid, or packed into rows of `pack_length` (counted in `stats`).
 
     The order depends on `seed` alone. A resumed run passes the `trained_batches` it trained
     on: they are read again and skipped, not trained on, so the run goes on where it stopped
@@ -178,7 +178,7 @@ def training_batches(data: RunData, trained_batches: int = 0, *, batch_tokens: i
                           max_length=max_length, dropped=dropped, seed=seed,
                           shuffle_buffer_size=shuffle_buffer_size,
                           batch_multiple=batch_multiple, bucket_growth=bucket_growth,
-                          stats=stats)
+                          stats=stats, pack_length=pack_length)
     if num_workers > 1:
         # Each worker reads its own shard already: tf.distribute must not shard it again.
         options = tf.data.Options()
@@ -194,7 +194,7 @@ def training_batches(data: RunData, trained_batches: int = 0, *, batch_tokens: i
 
 def batches_per_pass(run: RunDir, data: RunData, *, batch_tokens: int, max_length: int,
                      skip_bad_lines: bool, batch_multiple: int,
-                     bucket_growth: float = DEFAULT_BUCKET_GROWTH,
+                     bucket_growth: float = DEFAULT_BUCKET_GROWTH, pack_length: int = 0,
                      write_cache: bool = True) -> int:
     """Batches in one pass over the training side (what `--epochs` counts in), counted once by
     running the pipeline over the data and cached in RUN/data.json (by the chief only:
@@ -203,6 +203,8 @@ def batches_per_pass(run: RunDir, data: RunData, *, batch_tokens: int, max_lengt
           f"vocab={data.tokenizer.vocab_size}"
     if bucket_growth != DEFAULT_BUCKET_GROWTH:  # keys written before the grid stay valid
         key += f",growth={bucket_growth}"
+    if pack_length:
+        key += f",pack={pack_length}"
     stats = read_stats(run)
     signature = _file_signature(data.corpus)
     cached = stats.get("batches_per_pass", {})
@@ -212,7 +214,7 @@ def batches_per_pass(run: RunDir, data: RunData, *, batch_tokens: int, max_lengt
     batches = make_stream(
         data.corpus.train_pairs(skip_bad_lines=skip_bad_lines), data.tokenizer,
         batch_tokens=batch_tokens, max_length=max_length, shuffle_buffer_size=0,
-        batch_multiple=batch_multiple, bucket_growth=bucket_growth)
+        batch_multiple=batch_multiple, bucket_growth=bucket_growth, pack_length=pack_length)
     count = int(batches.reduce(tf.constant(0, tf.int64), do_not_convert(lambda n, _: n + 1)))
     logger.info("data: one pass is %d batches (counted in %.1f s, cached in %s)", count,
                 time.monotonic() - started, run.data_stats)
@@ -250,8 +252,8 @@ class RunBatches:
 
 def assemble(run: RunDir, data: RunData, *, batch_tokens: int, max_length: int, seed: int,
              skip_bad_lines: bool, batch_multiple: int, bucket_growth: float,
-             num_workers: int = 1, worker_index: int = 0, shuffle_buffer_size: int = 100_000,
-             write_cache: bool = True) -> RunBatches:
+             pack_length: int = 0, num_workers: int = 1, worker_index: int = 0,
+             shuffle_buffer_size: int = 100_000, write_cache: bool = True) -> RunBatches:
     """The batches one worker of a run trains and validates on, on one bucket grid.
 
     Args:
@@ -259,6 +261,8 @@ def assemble(run: RunDir, data: RunData, *, batch_tokens: int, max_length: int, 
         data: what `prepare` got.
         batch_tokens, max_length, batch_multiple, bucket_growth: the batches' shapes (see
             `tfformer.data.batching.make_dataset`); batch_multiple: the replicas.
+        pack_length: the training stream's rows packed with several pairs (0: bucketed; see
+            `tfformer.data.batching.make_stream`); the dev batches stay bucketed.
         seed: the training stream's order, the same on every start.
         skip_bad_lines: skip and count bad training lines instead of failing.
         num_workers, worker_index: this worker's shard of the training side.
@@ -271,8 +275,9 @@ def assemble(run: RunDir, data: RunData, *, batch_tokens: int, max_length: int, 
     train = functools.partial(
         training_batches, data, batch_tokens=batch_tokens, max_length=max_length, seed=seed,
         skip_bad_lines=skip_bad_lines, batch_multiple=batch_multiple,
-        bucket_growth=bucket_growth, num_workers=num_workers, worker_index=worker_index,
-        shuffle_buffer_size=shuffle_buffer_size, counters=counters, stats=stats)
+        bucket_growth=bucket_growth, pack_length=pack_length, num_workers=num_workers,
+        worker_index=worker_index, shuffle_buffer_size=shuffle_buffer_size, counters=counters,
+        stats=stats)
     if num_workers > 1:
         logger.info("train: worker %d reads shard %d of %d (by %s)", worker_index,
                     worker_index, num_workers, data.corpus.shard_unit(num_workers))
@@ -285,7 +290,7 @@ def assemble(run: RunDir, data: RunData, *, batch_tokens: int, max_length: int, 
     per_pass = functools.partial(
         batches_per_pass, run, data, batch_tokens=batch_tokens, max_length=max_length,
         skip_bad_lines=skip_bad_lines, batch_multiple=batch_multiple,
-        bucket_growth=bucket_growth, write_cache=write_cache)
+        bucket_growth=bucket_growth, pack_length=pack_length, write_cache=write_cache)
     return RunBatches(train, dev, per_pass, counters, stats)
 
 

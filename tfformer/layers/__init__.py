@@ -5,6 +5,8 @@ from tfformer.layers.attention import (
                                        ScaledDotProductAttention,
                                        causal_mask,
                                        padding_mask,
+                                       segment_mask,
+                                       segment_positions,
 )
 from tfformer.layers.decoder import Decoder, DecoderLayer
 from tfformer.layers.embedding import (
@@ -21,5 +23,5 @@ __all__ = [
     "Decoder", "DecoderLayer", "Encoder", "EncoderLayer", "LearnedPositionalEmbedding",
     "MultiHeadAttention", "PositionwiseFeedForward", "ScaledDotProductAttention",
     "SharedEmbedding", "SinusoidalPositionalEncoding", "SublayerConnection", "causal_mask",
-    "padding_mask", "sinusoidal_table",
+    "padding_mask", "segment_mask", "segment_positions", "sinusoidal_table",
 ]

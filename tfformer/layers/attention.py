@@ -19,6 +19,28 @@ def padding_mask(ids, pad_id: int):
     return ops.expand_dims(ops.not_equal(ids, pad_id), 1)
 
 
+def segment_mask(query_segments, key_segments):
+    """[batch, T_q, T_k] mask of rows packed with several pairs: a query attends to the keys of
+    its own segment (ids 1, 2, ...; PAD positions are segment 0).
+
+    A PAD query may attend to every key: it never has no key at all (a softmax over no key
+    is a NaN on some kernels), and no loss or real token reads its output.
+    """
+    query_segments = ops.expand_dims(query_segments, 2)
+    return ops.logical_or(ops.equal(query_segments, ops.expand_dims(key_segments, 1)),
+                          ops.equal(query_segments, 0))
+
+
+def segment_positions(segments):
+    """[batch, T] position of each token within its segment (§3.5 per packed pair): the count
+    of earlier tokens of the same segment."""
+    length = ops.shape(segments)[1]
+    same = ops.equal(ops.expand_dims(segments, 2), ops.expand_dims(segments, 1))
+    earlier = ops.expand_dims(ops.greater(ops.expand_dims(ops.arange(length), 1),
+                                          ops.expand_dims(ops.arange(length), 0)), 0)
+    return ops.sum(ops.cast(ops.logical_and(same, earlier), "int32"), axis=-1)
+
+
 def causal_mask(query_length, key_length=None, query_start=None):
     """[1, T_q, T_k] mask: each position attends to itself and earlier positions only (§3.2.3).
 

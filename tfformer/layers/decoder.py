@@ -130,12 +130,14 @@ class Decoder(LayerStack):
         embeddings: [batch, T, d_model] target embeddings, already scaled by sqrt(d_model).
         memory: [batch, S, d_model] encoder output (unused when `cache` is given).
         self_attention_mask: boolean [batch, T, T_past + T] (see DecoderLayer).
-        cross_attention_mask: boolean [batch, 1, S].
+        cross_attention_mask: boolean [batch, 1, S] (or [batch, T, S] for packed rows).
         cache: None, or the list of per-layer caches from `init_cache` / a previous call.
         cache_index: None for a cache grown by each call; for a fixed-capacity cache
             (`init_cache(memory, capacity)`), the position of the first new token.
         return_attention_scores: also return each layer's weights (without a cache only).
         training: whether dropout is active.
+        positions: without a cache, None (0, 1, ... in every row), or each token's position
+            [batch, T] (rows packed with several pairs: `tfformer.layers.segment_positions`).
 
     Returns:
         hidden states [batch, T, d_model], and the updated cache when `cache` is given; with
@@ -168,10 +170,11 @@ class Decoder(LayerStack):
                 for layer in cache]
 
     def call(self, embeddings, memory=None, self_attention_mask=None, cross_attention_mask=None,
-             cache=None, cache_index=None, return_attention_scores=False, training=None):
+             cache=None, cache_index=None, return_attention_scores=False, training=None,
+             positions=None):
         start = 0 if cache is None else (
             self.cached_length(cache) if cache_index is None else cache_index)
-        x = self.embed(embeddings, start, training)
+        x = self.embed(embeddings, start, training, positions)
         new_cache, weights = [], []
         for i, layer in enumerate(self.stack):
             if return_attention_scores:

@@ -38,12 +38,18 @@ class SinusoidalPositionalEncoding(keras.layers.Layer):
     Call arguments:
         inputs: [batch, T, d_model] embeddings.
         start: position of the first token (non-zero when decoding with a cache).
+        positions: or each token's own position, int [batch, T] (rows packed with several
+            pairs: `tfformer.layers.segment_positions`).
 
     Returns:
-        inputs + PE[start : start + T].
+        inputs + PE[start : start + T], or inputs + PE[positions].
     """
 
-    def call(self, inputs, start=0):
+    def call(self, inputs, start=0, positions=None):
+        if positions is not None:
+            table = sinusoidal_table(ops.reshape(positions, (-1,)), inputs.shape[-1],
+                                     inputs.dtype)
+            return inputs + ops.reshape(table, ops.shape(inputs))
         positions = ops.arange(ops.shape(inputs)[1], dtype="int32") + ops.cast(start, "int32")
         table = sinusoidal_table(positions, inputs.shape[-1], inputs.dtype)
         return inputs + ops.expand_dims(table, 0)
@@ -59,9 +65,10 @@ class LearnedPositionalEmbedding(keras.layers.Layer):
     Call arguments:
         inputs: [batch, T, d_model] embeddings.
         start: position of the first token (non-zero when decoding with a cache).
+        positions: or each token's own position, int [batch, T] (< max_length).
 
     Returns:
-        inputs + P[start : start + T].
+        inputs + P[start : start + T], or inputs + P[positions].
     """
 
     def __init__(self, max_length: int, **kwargs):
@@ -74,7 +81,12 @@ class LearnedPositionalEmbedding(keras.layers.Layer):
             initializer=keras.initializers.RandomNormal(stddev=0.02))
         super().build(inputs_shape)
 
-    def call(self, inputs, start=0):
+    def call(self, inputs, start=0, positions=None):
+        if positions is not None:
+            kernels.check_at_most(ops.max(positions) + 1, self.max_length,
+                                  "sequence is longer than the learned positions")
+            table = kernels.gather_rows(self.position_embeddings, positions, inputs.dtype)
+            return inputs + table
         length = ops.shape(inputs)[1]
         if isinstance(start, int) and isinstance(length, int) and start + length > self.max_length:
             raise ValueError(f"sequence of {start + length} positions is longer than the "

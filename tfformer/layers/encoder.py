@@ -75,9 +75,12 @@ class Encoder(LayerStack):
 
     Call arguments:
         embeddings: [batch, T, d_model] token embeddings, already scaled by sqrt(d_model).
-        attention_mask: boolean [batch, 1, T], False at pad positions.
+        attention_mask: boolean [batch, 1, T], False at pad positions (or [batch, T, T] for
+            rows packed with several pairs: `tfformer.layers.segment_mask`).
         return_attention_scores: also return each layer's self-attention weights.
         training: whether dropout is active.
+        positions: None (0, 1, ... in every row), or each token's position [batch, T] (packed
+            rows: `tfformer.layers.segment_positions`).
 
     Returns:
         [batch, T, d_model], the memory the decoder attends to; with
@@ -91,8 +94,8 @@ class Encoder(LayerStack):
         super().build(embeddings_shape)
 
     def call(self, embeddings, attention_mask=None, return_attention_scores=False,
-             training=None):
-        x = self.embed(embeddings, training=training)
+             training=None, positions=None):
+        x = self.embed(embeddings, training=training, positions=positions)
         weights = []
         for layer in self.stack:
             x = layer(x, attention_mask, return_attention_scores=return_attention_scores,

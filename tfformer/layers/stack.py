@@ -77,9 +77,11 @@ class LayerStack(TransformerLayerBase):
         if self.final_norm is not None:
             self.final_norm.build(embeddings_shape)
 
-    def embed(self, embeddings, start=0, training=None):
-        """Adds positions (from `start`) and applies the embedding dropout (§5.4)."""
-        return self.embedding_dropout(self.positions(embeddings, start=start), training=training)
+    def embed(self, embeddings, start=0, training=None, positions=None):
+        """Adds positions (from `start`, or each token's own `positions` [batch, T]) and
+        applies the embedding dropout (§5.4)."""
+        return self.embedding_dropout(self.positions(embeddings, start=start, positions=positions),
+                                      training=training)
 
     def finish(self, x):
         return self.final_norm(x) if self.final_norm is not None else x
