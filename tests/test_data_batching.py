@@ -182,6 +182,17 @@ def test_packed_stream_holds_every_pair_once_in_one_shape_and_pads_less(tokenize
                     batch_multiple=16)
 
 
+def test_packed_eval_dataset_has_every_pair_once_and_its_exact_count(tokenizer, pairs):
+    dataset, info = make_eval_dataset(pairs, tokenizer, batch_tokens=1024, max_length=80,
+                                      pack_length=64)
+    rows, _ = _packed_rows(dataset, 16, 64)
+    expected, dropped = _expected_rows(pairs, tokenizer, 64)
+    assert collections.Counter(rows) == collections.Counter(expected)
+    assert (info.num_dropped, info.num_pairs) == (dropped, len(expected)) and dropped > 0
+    assert (info.bucket_lengths, info.bucket_batch_sizes) == ((64,), (16,))
+    assert info.num_batches == int(dataset.cardinality()) == sum(1 for _ in dataset)
+
+
 def test_shuffle_is_seeded_and_eval_is_deterministic(tokenizer, pairs):
     def first_batches(**kwargs):
         dataset, _ = make_dataset(pairs, tokenizer, batch_tokens=300, max_length=40, **kwargs)

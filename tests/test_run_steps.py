@@ -1,6 +1,7 @@
 """The steps of `tfformer.run.train`, each alone and without training."""
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -153,3 +154,13 @@ def test_packed_training_batches_are_asked_for_and_bounded_by_the_config(monkeyp
                                          r"max_length \(256\)"):
         run_steps.assemble_batches(None, None, TrainSettings(pack_length=300), SMALL,
                                    placement(), "tensorflow")
+
+
+def test_jit_over_several_tensorflow_replicas_is_refused_before_the_model_is_built():
+    two = dataclasses.replace(placement(), replicas=2, description="2 replica(s)")
+    with pytest.raises(ValueError, match=r"jit \(XLA\) does not work with 2 TensorFlow "
+                                         r"replicas.*keras-team/keras#19005"):
+        run_steps.build_model(SMALL, TrainSettings(jit=True), two, "tensorflow", warmup_steps=7)
+    # One replica compiles as asked.
+    assert run_steps.build_model(SMALL, TrainSettings(jit=True), placement(), "tensorflow",
+                                 warmup_steps=7).jit_compile is True

@@ -118,6 +118,14 @@ def build_model(config: TransformerConfig, settings: TrainSettings, placement: P
                 backend: str, warmup_steps: int) -> Transformer:
     """The Transformer, built and compiled under the placement's scope and the run's precision:
     the paper's optimizer (§5.3) and label-smoothed loss (§5.4)."""
+    if settings.jit and backend == "tensorflow" and placement.replicas > 1:
+        # Keras 3.15 puts `strategy.run` itself inside the jit-compiled function: one XLA
+        # cluster over every replica's variables, which TensorFlow refuses at the first step
+        # ("Trying to access resource ... located in device ...:1 from device ...:0",
+        # keras-team/keras#19005).
+        raise ValueError(f"jit (XLA) does not work with {placement.replicas} TensorFlow "
+                         "replicas in Keras 3 (keras-team/keras#19005): leave out jit, or "
+                         "train under JAX (backend jax), which compiles every step")
     mixed_precision = precision.resolve(settings.mixed_precision)
     with placement.scope(), precision.policy(mixed_precision):
         model = Transformer(config)

@@ -104,7 +104,8 @@ def make_dataset(pairs: Sequence[Pair] | ParallelText, tokenizer: "Tokenizer", *
                  seed: int = 0, shuffle_buffer_size: int = 100_000,
                  batch_multiple: int = 1, bucket_growth: float = DEFAULT_BUCKET_GROWTH,
                  min_bucket_length: int = 8, stats: "BatchStats | None" = None,
-                 tokenize_batch_size: int = 256) -> tuple[tf.data.Dataset, PipelineInfo]:
+                 tokenize_batch_size: int = 256,
+                 pack_length: int = 0) -> tuple[tf.data.Dataset, PipelineInfo]:
     """Builds the batched training (or evaluation) dataset.
 
     Elements are ``((source_ids, target_in_ids), target_out_ids)``, int32 [rows, length], with
@@ -140,6 +141,11 @@ def make_dataset(pairs: Sequence[Pair] | ParallelText, tokenizer: "Tokenizer", *
         min_bucket_length: the first bucket's length.
         stats: counts the batches' shapes and padding as they go by.
         tokenize_batch_size: strings tokenized per tf-text call before unbatching.
+        pack_length: 0 buckets by length; else pairs are packed into rows of this many tokens
+            (see `make_stream`): pairs longer than it are dropped (and counted), the info's
+            bucket_lengths and bucket_batch_sizes are the one row length and rows, and its
+            num_batches is counted by packing one pass (exact without shuffle; shuffled, the
+            count of one order).
 
     Returns:
         (dataset, info): the prefetched dataset and the counts to log (see PipelineInfo).
@@ -149,46 +155,66 @@ def make_dataset(pairs: Sequence[Pair] | ParallelText, tokenizer: "Tokenizer", *
     """
     if isinstance(pairs, ParallelText):
         pairs = pairs.pairs
-    _check_budget(batch_tokens, max_length, batch_multiple)
+    if pack_length > max_length:
+        raise ValueError(f"pack_length ({pack_length}) must be <= max_length ({max_length})")
+    if pack_length:
+        rows = rows_per_batch(pack_length, batch_tokens, batch_multiple)
+    else:
+        _check_budget(batch_tokens, max_length, batch_multiple)
     if not pairs:
         raise ValueError("make_dataset needs at least one pair")
 
     # Count over-length pairs exactly, once, eagerly, with the same tokenizer the graph uses.
+    limit, limit_name = (pack_length, "pack_length") if pack_length else (max_length,
+                                                                          "max_length")
     source_lengths, target_lengths = pair_lengths(pairs, tokenizer)
-    keep = (source_lengths <= max_length) & (target_lengths <= max_length)
+    keep = (source_lengths <= limit) & (target_lengths <= limit)
     kept = [pair for pair, k in zip(pairs, keep) if k]
     if not kept:
-        raise ValueError(f"all {len(pairs)} pairs are longer than max_length={max_length} "
-                         "tokens; raise max_length")
+        raise ValueError(f"all {len(pairs)} pairs are longer than {limit_name}={limit} "
+                         f"tokens; raise {limit_name}")
 
-    grid = bucket_lengths(max_length, min_length=min_bucket_length, growth=bucket_growth)
-    batch_sizes = bucket_batch_sizes(grid, batch_tokens, batch_multiple)
-    lengths = np.maximum(source_lengths, target_lengths)[keep]
-    # The pipeline's bucket rule: bucket i iff grid[i-1] < length <= grid[i].
-    bucket_counts = np.bincount(np.searchsorted(grid, lengths, side="left"),
-                                minlength=len(batch_sizes))
-    num_batches = int(sum(math.ceil(c / s) for c, s in zip(bucket_counts, batch_sizes)))
+    strings = tf.data.Dataset.from_tensor_slices(
+        ([s for s, _ in kept], [t for _, t in kept]))
+    if shuffle:
+        strings = strings.shuffle(min(len(kept), shuffle_buffer_size), seed=seed,
+                                  reshuffle_each_iteration=True)
+    if pack_length:
+        grid, batch_sizes = [pack_length], [rows]
+
+        def packed(strings):
+            return pack_pairs(_tokenized(strings, tokenizer, max_length=pack_length,
+                                         tokenize_batch_size=tokenize_batch_size),
+                              length=pack_length, rows=rows)
+
+        # How many rows a pass fills is known once it is packed.
+        num_batches = int(packed(strings).reduce(
+            tf.constant(0, tf.int64), do_not_convert(lambda n, _: n + 1)))
+        dataset = packed(strings.repeat() if repeat else strings)
+        if stats is not None:
+            dataset = dataset.map(stats.record)
+    else:
+        grid = bucket_lengths(max_length, min_length=min_bucket_length, growth=bucket_growth)
+        batch_sizes = bucket_batch_sizes(grid, batch_tokens, batch_multiple)
+        lengths = np.maximum(source_lengths, target_lengths)[keep]
+        # The pipeline's bucket rule: bucket i iff grid[i-1] < length <= grid[i].
+        bucket_counts = np.bincount(np.searchsorted(grid, lengths, side="left"),
+                                    minlength=len(batch_sizes))
+        num_batches = int(sum(math.ceil(c / s) for c, s in zip(bucket_counts, batch_sizes)))
+        dataset = _batch_by_length(
+            strings.repeat() if repeat else strings, tokenizer, grid=grid,
+            batch_sizes=batch_sizes, stats=stats, tokenize_batch_size=tokenize_batch_size)
     info = PipelineInfo(
         num_input_pairs=len(pairs), num_pairs=len(kept), num_dropped=len(pairs) - len(kept),
         num_source_tokens=int(source_lengths[keep].sum()),
         num_target_tokens=int(target_lengths[keep].sum()), num_batches=num_batches,
         max_length=max_length, batch_tokens=batch_tokens,
         bucket_lengths=tuple(grid), bucket_batch_sizes=tuple(batch_sizes))
-
-    dataset = tf.data.Dataset.from_tensor_slices(
-        ([s for s, _ in kept], [t for _, t in kept]))
-    if shuffle:
-        dataset = dataset.shuffle(min(len(kept), shuffle_buffer_size), seed=seed,
-                                  reshuffle_each_iteration=True)
-    if repeat:
-        dataset = dataset.repeat()
-    dataset = _batch_by_length(
-        dataset, tokenizer, grid=grid, batch_sizes=batch_sizes, stats=stats,
-        tokenize_batch_size=tokenize_batch_size)
-    if not repeat:
+    if not repeat and not (pack_length and shuffle):
         # bucket_by_sequence_length hides the length; the exact count lets Keras size epochs
         # (without it, evaluate warns "Your input ran out of data" on every first pass), and
-        # tf.data raises if the count were ever wrong.
+        # tf.data raises if the count were ever wrong. (Packed, another shuffle fills rows
+        # differently: its count is exact only in a fixed order.)
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(num_batches))
     return dataset.prefetch(tf.data.AUTOTUNE), info
 

@@ -261,8 +261,9 @@ def assemble(run: RunDir, data: RunData, *, batch_tokens: int, max_length: int, 
         data: what `prepare` got.
         batch_tokens, max_length, batch_multiple, bucket_growth: the batches' shapes (see
             `tfformer.data.batching.make_dataset`); batch_multiple: the replicas.
-        pack_length: the training stream's rows packed with several pairs (0: bucketed; see
-            `tfformer.data.batching.make_stream`); the dev batches stay bucketed.
+        pack_length: rows packed with several pairs (0: bucketed; see
+            `tfformer.data.batching.make_stream`), for the training stream and the dev batches
+            alike (one shape: each step compiles once).
         seed: the training stream's order, the same on every start.
         skip_bad_lines: skip and count bad training lines instead of failing.
         num_workers, worker_index: this worker's shard of the training side.
@@ -283,10 +284,10 @@ def assemble(run: RunDir, data: RunData, *, batch_tokens: int, max_length: int, 
                     worker_index, num_workers, data.corpus.shard_unit(num_workers))
     dev, dev_info = make_eval_dataset(
         data.dev, data.tokenizer, batch_tokens=batch_tokens, max_length=max_length,
-        batch_multiple=batch_multiple, bucket_growth=bucket_growth)
+        batch_multiple=batch_multiple, bucket_growth=bucket_growth, pack_length=pack_length)
     if dev_info.num_dropped:
         logger.info("dev: %d pairs dropped as longer than %d tokens", dev_info.num_dropped,
-                    max_length)
+                    pack_length or max_length)
     per_pass = functools.partial(
         batches_per_pass, run, data, batch_tokens=batch_tokens, max_length=max_length,
         skip_bad_lines=skip_bad_lines, batch_multiple=batch_multiple,
