@@ -98,8 +98,8 @@ def open_run_state(run: RunDir, settings: TrainSettings) -> RunState:
 def assemble_batches(shared: RunDir, data: run_data.RunData, settings: TrainSettings,
                      config: TransformerConfig, placement: Placement,
                      backend: str) -> run_data.RunBatches:
-    """This worker's training stream and dev batches, on the bucket grid of its backend (the
-    training stream packed instead, with `pack_length`)."""
+    """This worker's training stream and dev batches, on the bucket grid of its backend (both
+    packed instead, with `pack_length`)."""
     if settings.pack_length > config.max_length:
         raise ValueError(f"pack_length ({settings.pack_length}) must be <= the config's "
                          f"max_length ({config.max_length})")

@@ -19,13 +19,14 @@ bucket's length, each bucket has a fixed number of rows from the token budget, a
 dataset's last, partial batch of a bucket is filled up with rows of PAD only (which the PAD-masked
 loss and metrics ignore). `BatchStats` counts the shapes and the padding as the batches go by.
 
-`make_stream(pack_length=N)` packs the training stream instead (`tfformer.data.packing`):
-several pairs per row of N tokens, with segment ids, and one batch shape.
+`make_stream(pack_length=N)` and `make_dataset(pack_length=N)` pack instead
+(`tfformer.data.packing`): several pairs per row of N tokens, with segment ids, one batch shape.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import TYPE_CHECKING, Sequence
 
@@ -182,17 +183,12 @@ def make_dataset(pairs: Sequence[Pair] | ParallelText, tokenizer: "Tokenizer", *
     if pack_length:
         grid, batch_sizes = [pack_length], [rows]
 
-        def packed(strings):
-            return pack_pairs(_tokenized(strings, tokenizer, max_length=pack_length,
-                                         tokenize_batch_size=tokenize_batch_size),
-                              length=pack_length, rows=rows)
-
+        packed = functools.partial(_pack_by_length, tokenizer=tokenizer, length=pack_length,
+                                   rows=rows, tokenize_batch_size=tokenize_batch_size)
         # How many rows a pass fills is known once it is packed.
         num_batches = int(packed(strings).reduce(
             tf.constant(0, tf.int64), do_not_convert(lambda n, _: n + 1)))
-        dataset = packed(strings.repeat() if repeat else strings)
-        if stats is not None:
-            dataset = dataset.map(stats.record)
+        dataset = packed(strings.repeat() if repeat else strings, stats=stats)
     else:
         grid = bucket_lengths(max_length, min_length=min_bucket_length, growth=bucket_growth)
         batch_sizes = bucket_batch_sizes(grid, batch_tokens, batch_multiple)
@@ -302,6 +298,17 @@ def _batch_by_length(strings: tf.data.Dataset, tokenizer: "Tokenizer", *, grid: 
     return dataset
 
 
+def _pack_by_length(strings: tf.data.Dataset, tokenizer: "Tokenizer", *, length: int,
+                    rows: int, tokenize_batch_size: int, dropped: tf.Variable | None = None,
+                    stats: "BatchStats | None" = None) -> tf.data.Dataset:
+    """(source, target) strings -> packed batches [rows, length] (`tfformer.data.packing`);
+    pairs longer than `length` are dropped (and counted in `dropped`)."""
+    dataset = pack_pairs(_tokenized(strings, tokenizer, max_length=length,
+                                    tokenize_batch_size=tokenize_batch_size, dropped=dropped),
+                         length=length, rows=rows)
+    return dataset.map(stats.record) if stats is not None else dataset
+
+
 class BatchStats:
     """The shapes and padding of the batches a pipeline produced, counted in the tf.data graph
     as they go by (a batch read ahead by prefetching counts too).
@@ -372,12 +379,10 @@ def make_stream(pairs: tf.data.Dataset, tokenizer: "Tokenizer", *, batch_tokens:
     if pack_length:
         if pack_length > max_length:
             raise ValueError(f"pack_length ({pack_length}) must be <= max_length ({max_length})")
-        dataset = pack_pairs(
-            _tokenized(pairs, tokenizer, max_length=pack_length,
-                       tokenize_batch_size=tokenize_batch_size, dropped=dropped),
-            length=pack_length, rows=rows_per_batch(pack_length, batch_tokens, batch_multiple))
-        if stats is not None:
-            dataset = dataset.map(stats.record)
+        dataset = _pack_by_length(
+            pairs, tokenizer, length=pack_length,
+            rows=rows_per_batch(pack_length, batch_tokens, batch_multiple),
+            tokenize_batch_size=tokenize_batch_size, dropped=dropped, stats=stats)
     else:
         _check_budget(batch_tokens, max_length, batch_multiple)
         grid = bucket_lengths(max_length, min_length=min_bucket_length, growth=bucket_growth)
