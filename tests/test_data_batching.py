@@ -182,6 +182,22 @@ def test_packed_stream_holds_every_pair_once_in_one_shape_and_pads_less(tokenize
                     batch_multiple=16)
 
 
+def test_packing_a_pair_longer_than_the_row_is_an_error_naming_pack_length():
+    from tfformer.data.packing import pack_pairs
+
+    def pairs(source_length):
+        source = tf.ragged.constant([[5] * source_length, [6, 7]], dtype=tf.int32)
+        target = tf.ragged.constant([[8, 9], [10]], dtype=tf.int32)
+        return tf.data.Dataset.from_tensor_slices(((source, target), target)).map(
+            lambda inputs, out: ((inputs[0], inputs[1]), out))
+
+    (inputs, _), = pack_pairs(pairs(8), length=8, rows=2).as_numpy_iterator()  # fits exactly
+    assert inputs[2].tolist() == [[1] * 8, [1, 1, 0, 0, 0, 0, 0, 0]]
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"longer than pack_length \(8\) tokens"):
+        list(pack_pairs(pairs(9), length=8, rows=2))
+
+
 def test_packed_eval_dataset_has_every_pair_once_and_its_exact_count(tokenizer, pairs):
     dataset, info = make_eval_dataset(pairs, tokenizer, batch_tokens=1024, max_length=80,
                                       pack_length=64)

@@ -107,6 +107,13 @@ def _pack_window(source: tf.RaggedTensor, target_in: tf.RaggedTensor,
     """One window of pairs -> its packed rows [num_rows, length] (see `pack_pairs`)."""
     source_lengths = tf.cast(source.row_lengths(), tf.int32)
     target_lengths = tf.cast(target_in.row_lengths(), tf.int32)
+    # A longer side would fit no row: named here rather than as scatter_nd's index error.
+    longest = tf.reduce_max(tf.concat([source_lengths, target_lengths, [0]], 0))
+    fits = tf.debugging.assert_less_equal(
+        longest, length, message=f"pack_pairs: a pair has a side longer than pack_length "
+                                 f"({length}) tokens; filter such pairs out before packing")
+    with tf.control_dependencies([fits]):
+        source_lengths = tf.identity(source_lengths)
     num_rows, rows, slots, offsets = _first_fit(source_lengths, target_lengths, length)
 
     def place(ragged, lengths, offset, values=None):
