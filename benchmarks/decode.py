@@ -16,7 +16,9 @@ one's median time over CTranslate2 fp32's. `cpu_flags` names what sets bf16's sp
 Every hypothesis is exactly 64 tokens long: the models are random with EOS's output embedding set
 to zero (so EOS never wins before the length limit) and max_output_extra chosen so that the
 limit is 64. The "matmul-floor" rows time only the matmuls a cached step cannot avoid (every
-weight matrix read once per step), so full / floor bounds what any cache could reach here. The
+weight matrix read once per step, as the model multiplies it), so full / floor bounds what any
+cache could reach here; at batch 1 the formats rows give that floor with float32 and bfloat16
+weights, and `floor_fp32_over_bf16` is the most bf16 can gain over float32 there. The
 "transport" rows time gRPC alone: a SavedModel with the same signature that
 returns its input, in process vs through the local server. Targets: cached decoding >= 5x faster
 than full recomputation for 64 output tokens; gRPC adds <= 2 ms per request at batch 1.
@@ -118,38 +120,53 @@ def transport_overhead(reps: int) -> list[dict]:
     return rows
 
 
-def matmul_floor(model, rows: int, reps: int, budget_seconds: float) -> dict:
-    """The least any fp32 cached decoder can spend on OUTPUT_TOKENS steps of `rows` rows here:
-    each step sends the rows through every weight matrix a cached step must read (per layer:
-    self-attention Q, K, V, O; cross-attention Q, O; FFN W_1, W_2; then the output projection),
-    as a chain of tf.matmul in a tf.while_loop, and does nothing else. Full recomputation over
-    this time is the largest speedup a cache could give on this machine."""
+def matmul_floor(model, rows: int, reps: int, budget_seconds: float,
+                 dtype: str = "float32", transposed: bool = False) -> dict:
+    """The least any cached decoder with TensorFlow's kernels can spend on OUTPUT_TOKENS steps of
+    `rows` rows here, with the weights in `dtype`: each step sends the rows through every weight
+    matrix a cached step must read (per layer: self-attention Q, K, V, O; cross-attention Q, O;
+    FFN W_1, W_2; then the output projection), as the model multiplies them (MatMul + BiasAdd,
+    which oneDNN fuses; the output projection MatMul(transpose_b) without a bias), chained in a
+    tf.while_loop, and does nothing else. Full recomputation over this time is the largest
+    speedup a cache could give on this machine; the float32 floor over the bfloat16 one is the
+    most that bf16 weights can gain over float32 with these kernels. `transposed` stores each
+    kernel as [out, in] and multiplies with MatMul(transpose_b), the layout oneDNN's inner
+    product reads without reordering (the model stores [in, out])."""
     import tensorflow as tf
 
     d_model = model.transformer_config.d_model
 
+    def stored(weight, shape=None):  # a variable in `dtype`, made before the timed calls
+        value = tf.convert_to_tensor(weight)
+        value = value if shape is None else tf.reshape(value, shape)
+        return tf.Variable(tf.cast(tf.transpose(value) if transposed and shape else value, dtype))
+
+    projections = []
+    for layer in model.decoder.stack:
+        for attention, names in ((layer.self_attention, ("query", "key", "value")),
+                                 (layer.cross_attention, ("query",))):
+            projections += [(stored(getattr(attention, f"{name}_kernel"), [d_model, d_model]),
+                             stored(getattr(attention, f"{name}_bias"), [d_model]))
+                            for name in names]
+            projections.append((stored(attention.output_kernel, [d_model, d_model]),
+                                stored(attention.output_bias)))
+        projections += [(stored(dense.kernel, dense.kernel.shape), stored(dense.bias))
+                        for dense in (layer.feed_forward.inner, layer.feed_forward.outer)]
+    embeddings = stored(model.embedding.embeddings)
+
     @tf.function
     def run():
-        kernels = []
-        for layer in model.decoder.stack:
-            projections = [layer.self_attention.query_kernel, layer.self_attention.key_kernel,
-                           layer.self_attention.value_kernel, layer.self_attention.output_kernel,
-                           layer.cross_attention.query_kernel,
-                           layer.cross_attention.output_kernel]
-            kernels += [tf.reshape(kernel, [d_model, d_model]) for kernel in projections]
-            kernels += [layer.feed_forward.inner.kernel, layer.feed_forward.outer.kernel]
-        embeddings = tf.convert_to_tensor(model.embedding.embeddings)
-
         def step(t, x):
-            for kernel in kernels:
-                x = tf.matmul(x, kernel)
+            for kernel, bias in projections:
+                x = tf.nn.bias_add(tf.matmul(x, kernel, transpose_b=transposed), bias)
             logits = tf.matmul(x, embeddings, transpose_b=True)
             # Keeps the values O(1) (no denormals) and the logits in the data flow.
+            x = tf.cast(x, tf.float32)
             x = x * tf.math.rsqrt(tf.reduce_mean(tf.square(x)) + 1e-6)
-            return t + 1, x + 1e-6 * tf.reduce_max(logits)
+            return t + 1, tf.cast(x + 1e-6 * tf.cast(tf.reduce_max(logits), tf.float32), dtype)
 
         return tf.while_loop(lambda t, x: t < OUTPUT_TOKENS, step,
-                             (tf.constant(0), tf.ones([rows, d_model])))[1]
+                             (tf.constant(0), tf.ones([rows, d_model], dtype)))[1]
 
     return timed(run, reps, budget_seconds)
 
@@ -219,11 +236,22 @@ def format_comparison(preset: str, model, tokenizer, extra: int, batches, reps: 
                        "over_ctranslate2_fp32": {name: round(timings[name]["median_ms"]
                                                              / reference, 2)
                                                  for name in FORMATS}}
-                if batch == 1:  # bound by reading the weights: what float32 cannot go below
-                    floor = matmul_floor(model, beam_size, reps * 2, budget_seconds)["median_ms"]
-                    row["matmul_floor_fp32_ms"] = floor
-                    row["savedmodel_fp32_over_floor"] = round(
-                        timings["savedmodel-fp32"]["median_ms"] / floor, 2)
+                if batch == 1:  # bound by reading the weights: what each cannot go below
+                    floors = {name: matmul_floor(model, beam_size, reps * 2, budget_seconds,
+                                                 dtype, transposed)["median_ms"]
+                              for name, dtype, transposed in (
+                                  ("fp32", "float32", False), ("bf16", "bfloat16", False),
+                                  ("bf16_transposed", "bfloat16", True))}
+                    for name, floor in floors.items():
+                        row[f"matmul_floor_{name}_ms"] = floor
+                    for precision in ("fp32", "bf16"):
+                        row[f"savedmodel_{precision}_over_floor"] = round(
+                            timings[f"savedmodel-{precision}"]["median_ms"] / floors[precision], 2)
+                    # The most bf16 weights can gain over float32 with TensorFlow's kernels
+                    # here, as the model stores its kernels and transposed.
+                    row["floor_fp32_over_bf16"] = round(floors["fp32"] / floors["bf16"], 2)
+                    row["floor_fp32_over_bf16_transposed"] = round(
+                        floors["fp32"] / floors["bf16_transposed"], 2)
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
     return rows
