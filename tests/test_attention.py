@@ -95,6 +95,42 @@ def test_one_query_row_traces_batch_matmul_v3_and_no_softmax_op_on_tensorflow():
     assert "BatchMatMulV3" not in full and "Softmax" in full
 
 
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow",
+                    reason="the bf16 choice between BatchMatMulV3 and V2 is TensorFlow's")
+@pytest.mark.parametrize("shape", [(2, 4, 8, 16), (16, 8, 40, 64)])  # Eigen's V3; oneDNN's V2
+@pytest.mark.parametrize("transpose_b", [True, False])
+def test_a_bf16_step_multiplies_as_float32_does_on_either_kernel(shape, transpose_b):
+    import tensorflow as tf
+
+    rows, heads, positions, d_k = shape
+    rng = np.random.default_rng(4)
+    # Values exact in bf16, so that the float32 product is the reference.
+    query = tf.cast(rng.normal(size=(rows, heads, 1, d_k)), tf.bfloat16)
+    keys = tf.cast(rng.normal(size=(rows, heads, positions, d_k)), tf.bfloat16)
+    weights = tf.cast(rng.uniform(size=(rows, heads, 1, positions)), tf.bfloat16)
+    a, b = (query, keys) if transpose_b else (weights, keys)
+    assert (int(tf.size(b)) >= kernels.BF16_ONEDNN_FROM) == (rows == 16)  # both kernels run
+    reference = np.matmul(np.float32(a), np.swapaxes(np.float32(b), -1, -2) if transpose_b
+                          else np.float32(b))
+    for product in (kernels.batch_matmul(a, b, transpose_b),
+                    tf.function(kernels.batch_matmul)(a, b, transpose_b)):
+        assert product.dtype == tf.bfloat16 and product.shape == reference.shape
+        np.testing.assert_allclose(np.float32(product), reference, rtol=2e-2,
+                                   atol=2e-2 * np.abs(reference).max())
+
+    def op_types(dtype):
+        spec = tf.TensorSpec([None, heads, 1, d_k], dtype)
+        function = tf.function(kernels.batch_matmul).get_concrete_function(
+            spec, tf.TensorSpec([None, heads, None, d_k], dtype), True)
+        definition = function.graph.as_graph_def()
+        return {node.op for node in definition.node} | {
+            node.op for branch in definition.library.function for node in branch.node_def}
+
+    bf16_ops, float32_ops = op_types(tf.bfloat16), op_types(tf.float32)
+    assert {"BatchMatMulV3", "BatchMatMulV2"} <= bf16_ops  # chosen by size as the graph runs
+    assert "BatchMatMulV3" in float32_ops and "BatchMatMulV2" not in float32_ops
+
+
 def test_causal_mask_with_cache_offset():
     mask = to_numpy(causal_mask(2, 5))[0]
     np.testing.assert_array_equal(mask, [[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]])
