@@ -114,16 +114,18 @@ def batch_matmul(a, b, transpose_b: bool = False):
     chosen as the graph runs (`BF16_ONEDNN_FROM`), since the batch size is known only then.
     """
     if ON_TENSORFLOW:
-        if _one_query_row(a) and a.dtype != tf.float16:
-            def eigen():
-                return tf.raw_ops.BatchMatMulV3(x=a, y=b, Tout=a.dtype, adj_x=False,
-                                                adj_y=transpose_b)
+        def onednn():
+            return tf.matmul(a, b, transpose_b=transpose_b)
 
-            if a.dtype != tf.bfloat16:
-                return eigen()
-            return tf.cond(tf.size(b) >= BF16_ONEDNN_FROM,
-                           lambda: tf.matmul(a, b, transpose_b=transpose_b), eigen)
-        return tf.matmul(a, b, transpose_b=transpose_b)
+        def eigen():
+            return tf.raw_ops.BatchMatMulV3(x=a, y=b, Tout=a.dtype, adj_x=False,
+                                            adj_y=transpose_b)
+
+        if not _one_query_row(a) or a.dtype == tf.float16:
+            return onednn()
+        if a.dtype == tf.bfloat16:
+            return tf.cond(tf.size(b) >= BF16_ONEDNN_FROM, onednn, eigen)
+        return eigen()
     return ops.matmul(a, ops.swapaxes(b, -1, -2) if transpose_b else b)
 
 
