@@ -237,6 +237,28 @@ def test_batch_multiple_pads_partial_batches_with_pad_rows(tokenizer, pairs):
     assert pad_rows == sum(sizes) - len(expected) > 0
 
 
+@pytest.mark.parametrize("multiple", [1, 4])
+def test_without_fixed_rows_a_last_batch_is_filled_only_to_the_replicas_multiple(
+        tokenizer, pairs, multiple):
+    fixed, info = make_eval_dataset(pairs, tokenizer, batch_tokens=300, max_length=40,
+                                    batch_multiple=multiple)
+    free, free_info = make_eval_dataset(pairs, tokenizer, batch_tokens=300, max_length=40,
+                                        batch_multiple=multiple, fixed_rows=False)
+    assert free_info == info
+    fixed_batches, free_batches = list(fixed.as_numpy_iterator()), list(free.as_numpy_iterator())
+    assert len(free_batches) == len(fixed_batches) == info.num_batches
+    full = 0
+    for ((source, _), target), ((free_source, _), free_target) in zip(fixed_batches,
+                                                                       free_batches):
+        real = source[:, 0] != PAD_ID
+        rows = -(-int(real.sum()) // multiple) * multiple  # the real rows, up to the multiple
+        assert free_source.shape == (rows, source.shape[1])  # same bucket length, fewer rows
+        np.testing.assert_array_equal(free_source, source[:rows])
+        np.testing.assert_array_equal(free_target, target[:rows])
+        full += free_source.shape[0] == source.shape[0]
+    assert 0 < full < len(fixed_batches)  # only the buckets' last batches shrink
+
+
 def test_bucket_lengths_are_a_geometric_grid_ending_at_max_length():
     grid = bucket_lengths(256, min_length=8, growth=1.1)
     assert grid[0] == 8 and grid[-1] == 256 and grid == sorted(set(grid))

@@ -111,7 +111,7 @@ def assemble_batches(shared: RunDir, data: run_data.RunData, settings: TrainSett
         bucket_growth=settings.bucket_growth or default_growth(compiled),
         pack_length=settings.pack_length, num_workers=placement.num_workers,
         worker_index=placement.worker_index, shuffle_buffer_size=settings.shuffle_buffer,
-        write_cache=placement.chief)
+        write_cache=placement.chief, fixed_rows=compiled)
 
 
 def build_model(config: TransformerConfig, settings: TrainSettings, placement: Placement,

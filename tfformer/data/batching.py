@@ -105,8 +105,8 @@ def make_dataset(pairs: Sequence[Pair] | ParallelText, tokenizer: "Tokenizer", *
                  seed: int = 0, shuffle_buffer_size: int = 100_000,
                  batch_multiple: int = 1, bucket_growth: float = DEFAULT_BUCKET_GROWTH,
                  min_bucket_length: int = 8, stats: "BatchStats | None" = None,
-                 tokenize_batch_size: int = 256,
-                 pack_length: int = 0) -> tuple[tf.data.Dataset, PipelineInfo]:
+                 tokenize_batch_size: int = 256, pack_length: int = 0,
+                 fixed_rows: bool = True) -> tuple[tf.data.Dataset, PipelineInfo]:
     """Builds the batched training (or evaluation) dataset.
 
     Elements are ``((source_ids, target_in_ids), target_out_ids)``, int32 [rows, length], with
@@ -120,7 +120,8 @@ def make_dataset(pairs: Sequence[Pair] | ParallelText, tokenizer: "Tokenizer", *
     >= max_length, every pair fits in a batch. Under tf.distribute the budget is per global
     batch. Without repeat, the last batch of each bucket is filled up with rows of PAD only,
     which carry no tokens for the PAD-masked loss and metrics (they are not counted in
-    PipelineInfo): every batch has one of the buckets' shapes.
+    PipelineInfo): every batch has one of the buckets' shapes. With fixed_rows=False it is
+    filled only up to a multiple of batch_multiple.
 
     Under several devices pass batch_multiple=number of replicas: every bucket's rows are then a
     multiple of it, so each replica's batch has a shape of the same grid (and Keras 3 `fit`
@@ -147,6 +148,11 @@ def make_dataset(pairs: Sequence[Pair] | ParallelText, tokenizer: "Tokenizer", *
             bucket_lengths and bucket_batch_sizes are the one row length and rows, and its
             num_batches is counted by packing one pass (exact without shuffle; shuffled, the
             count of one order).
+        fixed_rows: fill the last batch of each bucket up to the bucket's rows, so that every
+            batch has one of a few shapes: what a compiled step needs (XLA, JAX). A step that
+            is not compiled takes any shape; False then spares it the PAD rows, which can be
+            most of a small dev set's batches (the built-in dev set, 500 pairs in 14 buckets
+            of 4096 tokens: 57,262 token positions filled, 5,605 not).
 
     Returns:
         (dataset, info): the prefetched dataset and the counts to log (see PipelineInfo).
@@ -199,7 +205,8 @@ def make_dataset(pairs: Sequence[Pair] | ParallelText, tokenizer: "Tokenizer", *
         num_batches = int(sum(math.ceil(c / s) for c, s in zip(bucket_counts, batch_sizes)))
         dataset = _batch_by_length(
             strings.repeat() if repeat else strings, tokenizer, grid=grid,
-            batch_sizes=batch_sizes, stats=stats, tokenize_batch_size=tokenize_batch_size)
+            batch_sizes=batch_sizes, stats=stats, tokenize_batch_size=tokenize_batch_size,
+            row_multiple=None if fixed_rows else batch_multiple)
     info = PipelineInfo(
         num_input_pairs=len(pairs), num_pairs=len(kept), num_dropped=len(pairs) - len(kept),
         num_source_tokens=int(source_lengths[keep].sum()),
@@ -262,9 +269,12 @@ def _length(inputs, target):
 def _batch_by_length(strings: tf.data.Dataset, tokenizer: "Tokenizer", *, grid: Sequence[int],
                      batch_sizes: Sequence[int], tokenize_batch_size: int,
                      dropped: tf.Variable | None = None,
-                     stats: "BatchStats | None" = None) -> tf.data.Dataset:
+                     stats: "BatchStats | None" = None,
+                     row_multiple: int | None = None) -> tf.data.Dataset:
     """(source, target) strings -> batches of the buckets' shapes; pairs longer than the grid's
-    last length are dropped (and counted in `dropped`)."""
+    last length are dropped (and counted in `dropped`). A bucket's last batch of a finite
+    dataset is filled up with PAD rows to the bucket's rows, or with `row_multiple` only to a
+    multiple of it."""
     max_length = grid[-1]
     dataset = _tokenized(strings, tokenizer, max_length=max_length,
                          tokenize_batch_size=tokenize_batch_size, dropped=dropped)
@@ -282,9 +292,11 @@ def _batch_by_length(strings: tf.data.Dataset, tokenizer: "Tokenizer", *, grid: 
 
     @do_not_convert
     def fill_rows(inputs, target):
-        # A bucket's last batch of a finite dataset: rows of PAD up to the bucket's rows.
-        rows = tf.gather(rows_of_length, tf.shape(target)[1])
-        extra = rows - tf.shape(target)[0]
+        rows = tf.shape(target)[0]
+        if row_multiple is None:
+            extra = tf.gather(rows_of_length, tf.shape(target)[1]) - rows
+        else:  # replicas must split a batch evenly (keras-team/keras#19246)
+            extra = -rows % row_multiple
 
         def fill(x):
             x = tf.pad(x, [[0, extra], [0, 0]], constant_values=PAD_ID)
@@ -292,7 +304,8 @@ def _batch_by_length(strings: tf.data.Dataset, tokenizer: "Tokenizer", *, grid: 
 
         return (fill(inputs[0]), fill(inputs[1])), fill(target)
 
-    dataset = dataset.map(fill_rows)
+    if row_multiple != 1:
+        dataset = dataset.map(fill_rows)
     if stats is not None:
         dataset = dataset.map(stats.record)
     return dataset

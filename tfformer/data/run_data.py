@@ -253,7 +253,8 @@ class RunBatches:
 def assemble(run: RunDir, data: RunData, *, batch_tokens: int, max_length: int, seed: int,
              skip_bad_lines: bool, batch_multiple: int, bucket_growth: float,
              pack_length: int = 0, num_workers: int = 1, worker_index: int = 0,
-             shuffle_buffer_size: int = 100_000, write_cache: bool = True) -> RunBatches:
+             shuffle_buffer_size: int = 100_000, write_cache: bool = True,
+             fixed_rows: bool = True) -> RunBatches:
     """The batches one worker of a run trains and validates on, on one bucket grid.
 
     Args:
@@ -269,6 +270,8 @@ def assemble(run: RunDir, data: RunData, *, batch_tokens: int, max_length: int, 
         num_workers, worker_index: this worker's shard of the training side.
         shuffle_buffer_size: pairs in the training stream's shuffle buffer.
         write_cache: keep the count of batches per pass in RUN/data.json (the chief does).
+        fixed_rows: the dev batches all of the grid's shapes, as a compiled step needs (see
+            `tfformer.data.batching.make_dataset`).
     """
     counters, stats = Counters(), BatchStats()
     # The same seed on every start, the batches trained on skipped: a resumed run goes on with
@@ -284,7 +287,8 @@ def assemble(run: RunDir, data: RunData, *, batch_tokens: int, max_length: int, 
                     worker_index, num_workers, data.corpus.shard_unit(num_workers))
     dev, dev_info = make_eval_dataset(
         data.dev, data.tokenizer, batch_tokens=batch_tokens, max_length=max_length,
-        batch_multiple=batch_multiple, bucket_growth=bucket_growth, pack_length=pack_length)
+        batch_multiple=batch_multiple, bucket_growth=bucket_growth, pack_length=pack_length,
+        fixed_rows=fixed_rows)
     if dev_info.num_dropped:
         logger.info("dev: %d pairs dropped as longer than %d tokens", dev_info.num_dropped,
                     pack_length or max_length)
