@@ -409,5 +409,12 @@ def builtin_pairs(split: str = "train", n: int | None = None,
         raise ValueError(f"unknown split {split!r}; choose one of {sorted(SPLIT_SIZES)}")
     count = SPLIT_SIZES[split] if n is None else n
     check_at_least("n", n, 0)
+    return list(_generated(split, count, seed))
+
+
+@functools.lru_cache(maxsize=8)
+def _generated(split: str, count: int, seed: int) -> tuple[tuple[str, str], ...]:
+    # A run reads its training split twice (the scan, then the stream): generating it takes
+    # ~2 s of pure Python, so it is generated once per process.
     pairs = iter_pairs(split, seed)
-    return [next(pairs) for _ in range(count)]
+    return tuple(next(pairs) for _ in range(count))
