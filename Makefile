@@ -18,7 +18,10 @@ BACKEND_TESTS := tests/test_attention.py tests/test_model.py tests/test_embeddin
 	tests/test_feed_forward.py tests/test_losses.py tests/test_schedule.py tests/test_config.py \
 	tests/test_eager_search.py tests/test_backends.py
 # Test processes: most tests leave a core idle (Python start-up, subprocesses, small models).
+# worksteal: a worker that runs out of tests takes half of the other's queue (plain `load`
+# hands out a quarter of the tests up front, and one worker can end up with the slow ones).
 TEST_WORKERS ?= 2
+PYTEST := -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 .PHONY: demo test install compat notf clean
 
@@ -60,11 +63,11 @@ test: export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS = 0
 test: export JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES = 0
 test: $(VENV)/.installed-test $(COMPAT_VENV)/.installed $(NOTF_VENV)/.installed
 	$(PY) -m ruff check .
-	TFFORMER_COMPAT_PYTHON=$(abspath $(COMPAT_VENV))/bin/python $(PY) -m pytest -n $(TEST_WORKERS) \
+	TFFORMER_COMPAT_PYTHON=$(abspath $(COMPAT_VENV))/bin/python $(PY) $(PYTEST) \
 		--durations=15 tests
-	KERAS_BACKEND=jax $(PY) -m pytest -n $(TEST_WORKERS) $(BACKEND_TESTS)
+	KERAS_BACKEND=jax $(PY) $(PYTEST) $(BACKEND_TESTS)
 	KERAS_BACKEND=jax TFFORMER_EXPECT_NO_TENSORFLOW=1 PYTHONPATH=$(CURDIR) \
-		$(NOTF_VENV)/bin/python -m pytest -n $(TEST_WORKERS) $(BACKEND_TESTS)
+		$(NOTF_VENV)/bin/python $(PYTEST) $(BACKEND_TESTS)
 
 clean:
 	rm -rf $(VENV) $(COMPAT_VENV) $(NOTF_VENV) .cache/jax build *.egg-info
