@@ -12,16 +12,18 @@ NOTF_VENV ?= .venv-notf
 NOTF_PACKAGES := keras==3.15.1 jax==0.10.2 jaxlib==0.10.2 numpy h5py pytest pytest-timeout \
 	pytest-xdist
 # The model side's tests (keras.ops only): besides the TensorFlow run of every test, `make test`
-# runs them on JAX, and on JAX without TensorFlow installed.
+# runs them on JAX without TensorFlow installed, as on the GPU machine. (A JAX run in .venv ran
+# the same tests on the same Keras and JAX versions, less one: removed, 3 minutes.)
 BACKEND_TESTS := tests/test_attention.py tests/test_model.py tests/test_embedding.py \
 	tests/test_mixed_precision.py \
 	tests/test_feed_forward.py tests/test_losses.py tests/test_schedule.py tests/test_config.py \
 	tests/test_eager_search.py tests/test_backends.py
 # Test processes: most tests leave a core idle (Python start-up, subprocesses, small models).
-# worksteal: a worker that runs out of tests takes half of the other's queue (plain `load`
-# hands out a quarter of the tests up front, and one worker can end up with the slow ones).
+# One test at a time to whichever worker is free (`--maxschedchunk 1`), the slow ones first
+# (tests/conftest.py): by default xdist hands each worker a quarter of the tests up front, and
+# worksteal halves the list, so that one worker ended alone with the slow ones for minutes.
 TEST_WORKERS ?= 2
-PYTEST := -m pytest -n $(TEST_WORKERS) --dist worksteal
+PYTEST := -m pytest -n $(TEST_WORKERS) --dist load --maxschedchunk 1
 
 .PHONY: demo test install compat notf clean
 
@@ -57,7 +59,7 @@ demo: $(VENV)/.installed
 	$(PY) -m tfformer.cli.demo
 
 # JAX programs compiled once are reused from disk by the later runs and subprocesses (the JAX
-# runs below compile what the TF run's JAX subprocesses did): same results, less compile time.
+# run below compiles what the TF run's JAX subprocesses did): same results, less compile time.
 test: export JAX_COMPILATION_CACHE_DIR = $(CURDIR)/.cache/jax
 test: export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS = 0
 test: export JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES = 0
@@ -65,7 +67,6 @@ test: $(VENV)/.installed-test $(COMPAT_VENV)/.installed $(NOTF_VENV)/.installed
 	$(PY) -m ruff check .
 	TFFORMER_COMPAT_PYTHON=$(abspath $(COMPAT_VENV))/bin/python $(PY) $(PYTEST) \
 		--durations=15 tests
-	KERAS_BACKEND=jax $(PY) $(PYTEST) $(BACKEND_TESTS)
 	KERAS_BACKEND=jax TFFORMER_EXPECT_NO_TENSORFLOW=1 PYTHONPATH=$(CURDIR) \
 		$(NOTF_VENV)/bin/python $(PYTEST) $(BACKEND_TESTS)
 

@@ -1,6 +1,6 @@
 """Scaled dot-product and multi-head attention against NumPy and Keras' own layer.
 
-Backend-neutral: `make test` runs it on TensorFlow, on JAX, and on JAX without TensorFlow
+Backend-neutral: `make test` runs it on TensorFlow and on JAX without TensorFlow
 installed (the Makefile's BACKEND_TESTS).
 """
 

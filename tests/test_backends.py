@@ -2,7 +2,7 @@
 the same logits, loss and update from the same weights (and read each other's weight files), and
 the fused `keras.ops.dot_product_attention` is eq. 1.
 
-`make test` runs this file on TensorFlow, on JAX, and on JAX without TensorFlow installed
+`make test` runs this file on TensorFlow and on JAX without TensorFlow installed
 (`TFFORMER_EXPECT_NO_TENSORFLOW=1`); tests that need the other backend in a subprocess skip
 where it is not installed (and fail instead under CI=1, where `make test` installs both).
 """

@@ -1,7 +1,7 @@
 """TransformerConfig (the architecture) and DecodingConfig: presets, validation naming the field,
 JSON round trip, configs saved before the split.
 
-Backend-neutral: `make test` runs it on TensorFlow, on JAX, and on JAX without TensorFlow
+Backend-neutral: `make test` runs it on TensorFlow and on JAX without TensorFlow
 installed (the Makefile's BACKEND_TESTS).
 """
 

@@ -1,6 +1,6 @@
 """Positional encodings (§3.5) and the tied, scaled token embedding (§3.4).
 
-Backend-neutral: `make test` runs it on TensorFlow, on JAX, and on JAX without TensorFlow
+Backend-neutral: `make test` runs it on TensorFlow and on JAX without TensorFlow
 installed (the Makefile's BACKEND_TESTS).
 """
 

@@ -1,6 +1,6 @@
 """The position-wise feed-forward network against eq. 2 in NumPy.
 
-Backend-neutral: `make test` runs it on TensorFlow, on JAX, and on JAX without TensorFlow
+Backend-neutral: `make test` runs it on TensorFlow and on JAX without TensorFlow
 installed (the Makefile's BACKEND_TESTS).
 """
 

@@ -1,7 +1,7 @@
 """Label-smoothed loss, masked metrics, and their behaviour under tf.distribute.
 
-Backend-neutral but for the tf.distribute test: `make test` runs it on TensorFlow, on JAX, and on
-JAX without TensorFlow installed (the Makefile's BACKEND_TESTS).
+Backend-neutral but for the tf.distribute test: `make test` runs it on TensorFlow and on JAX
+without TensorFlow installed (the Makefile's BACKEND_TESTS).
 """
 
 import json

@@ -1,6 +1,6 @@
 """Mixed precision (bf16, fp16): half-precision matmuls, float32 where the numerics need it.
 
-Backend-neutral: `make test` runs it on TensorFlow, on JAX, and on JAX without TensorFlow
+Backend-neutral: `make test` runs it on TensorFlow and on JAX without TensorFlow
 installed (the Makefile's BACKEND_TESTS). The reference is the same model in float32 with the
 same weights.
 """

@@ -1,6 +1,6 @@
 """The Transformer model: masking, cached decoding, Keras integration and the paper's sizes.
 
-Backend-neutral: `make test` runs it on TensorFlow, on JAX, and on JAX without TensorFlow
+Backend-neutral: `make test` runs it on TensorFlow and on JAX without TensorFlow
 installed (the Makefile's BACKEND_TESTS).
 """
 

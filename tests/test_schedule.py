@@ -1,6 +1,6 @@
 """The learning-rate schedule and optimizer of §5.3.
 
-Backend-neutral: `make test` runs it on TensorFlow, on JAX, and on JAX without TensorFlow
+Backend-neutral: `make test` runs it on TensorFlow and on JAX without TensorFlow
 installed (the Makefile's BACKEND_TESTS).
 """
 
