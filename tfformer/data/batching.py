@@ -152,7 +152,7 @@ def make_dataset(pairs: Sequence[Pair] | ParallelText, tokenizer: "Tokenizer", *
             batch has one of a few shapes: what a compiled step needs (XLA, JAX). A step that
             is not compiled takes any shape; False then spares it the PAD rows, which can be
             most of a small dev set's batches (the built-in dev set, 500 pairs in 14 buckets
-            of 4096 tokens: 57,262 token positions filled, 5,605 not).
+            of 4096 tokens: 57,262 token positions with the fill, 5,605 without).
 
     Returns:
         (dataset, info): the prefetched dataset and the counts to log (see PipelineInfo).
