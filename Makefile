@@ -19,11 +19,12 @@ BACKEND_TESTS := tests/test_attention.py tests/test_model.py tests/test_embeddin
 	tests/test_feed_forward.py tests/test_losses.py tests/test_schedule.py tests/test_config.py \
 	tests/test_eager_search.py tests/test_backends.py
 # Test processes: most tests leave a core idle (Python start-up, subprocesses, small models).
-# One test at a time to whichever worker is free (`--maxschedchunk 1`), the slow ones first
-# (tests/conftest.py): by default xdist hands each worker a quarter of the tests up front, and
-# worksteal halves the list, so that one worker ended alone with the slow ones for minutes.
+# worksteal: each worker starts with a contiguous share of the list, which tests/conftest.py
+# begins with its own slow tests, and an idle worker steals from a busy one's queue. (Plain
+# `load` handed one worker most of the slow tests up front; one test at a time to the free
+# worker, `--maxschedchunk 1`, split modules and trained their shared fixtures twice.)
 TEST_WORKERS ?= 2
-PYTEST := -m pytest -n $(TEST_WORKERS) --dist load --maxschedchunk 1
+PYTEST := -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 .PHONY: demo test install compat notf clean
 

@@ -81,6 +81,26 @@ def search_sources():
 
 
 def pytest_collection_modifyitems(config, items):
-    """Slow end-to-end tests first: under `pytest -n 2` (make test) the longest tests then start
-    at once instead of leaving one worker alone at the end."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """Under `make test`'s `pytest -n N --dist worksteal`, each worker starts with one contiguous
+    share of the list (N // workers tests, the last share the rest) and an idle worker steals
+    from the end of a busy one's. So each share here begins with slow end-to-end tests, dealt
+    in turn a module at a time (a module's fixtures, such as the CTranslate2 tests' trained
+    run, then stay on one worker), and goes on with the next stretch of the fast tests in file
+    order: the slow tests start at once on every worker instead of leaving one alone with them
+    at the end. Without xdist: the slow tests first."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    modules: dict[str, list] = {}
+    for item in items:
+        if item.get_closest_marker("slow"):
+            modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+    dealt: list[list] = [[] for _ in range(workers)]
+    for index, module in enumerate(modules.values()):
+        dealt[index % workers] += module
+    fast = [item for item in items if not item.get_closest_marker("slow")]
+    ordered: list = []
+    for share in range(workers):
+        size = len(items) // workers if share < workers - 1 else len(items) - len(ordered)
+        taken = max(0, size - len(dealt[share]))
+        ordered += dealt[share] + fast[:taken]
+        fast = fast[taken:]
+    items[:] = ordered + fast
