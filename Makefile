@@ -12,8 +12,8 @@ NOTF_VENV ?= .venv-notf
 NOTF_PACKAGES := keras==3.15.1 jax==0.10.2 jaxlib==0.10.2 numpy h5py pytest pytest-timeout \
 	pytest-xdist
 # The model side's tests (keras.ops only): besides the TensorFlow run of every test, `make test`
-# runs them on JAX without TensorFlow installed, as on the GPU machine. (A JAX run in .venv ran
-# the same tests on the same Keras and JAX versions, less one: removed, 3 minutes.)
+# runs them on JAX without TensorFlow installed, as on the GPU machine (a JAX run in .venv as
+# well would repeat the same tests on the same Keras and JAX versions).
 BACKEND_TESTS := tests/test_attention.py tests/test_model.py tests/test_embedding.py \
 	tests/test_mixed_precision.py \
 	tests/test_feed_forward.py tests/test_losses.py tests/test_schedule.py tests/test_config.py \
