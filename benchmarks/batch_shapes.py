@@ -117,14 +117,14 @@ def child(args) -> int:
     import keras
     import tensorflow as tf
 
-    from tfformer import compilations
     from tfformer.config import get_preset
     from tfformer.data.batching import BatchStats, make_stream
     from tfformer.data.buckets import default_growth
-    from tfformer.model import Transformer
+    from tfformer.data.tokenizer import Tokenizer
+    from tfformer.model.compile_transformer import compile_transformer
+    from tfformer.model.transformer import Transformer
     from tfformer.special_tokens import PAD_ID
-    from tfformer.tokenizer import Tokenizer
-    from tfformer.training import compile_transformer
+    from tfformer.train import compilations
 
     keras.utils.set_random_seed(0)
     tokenizer = Tokenizer.from_file(args.tokenizer)
@@ -196,8 +196,8 @@ def main(argv=None) -> int:
     if args.child:
         return child(args)
 
-    from tfformer.precision import matmul_flags
-    from tfformer.tokenizer import Tokenizer
+    from tfformer.data.tokenizer import Tokenizer
+    from tfformer.utils.cpu import matmul_flags
 
     spec = args.data or (
         "tsv:{0}/train.tsv,{0}/dev.tsv".format(os.path.relpath(BIBLE)) if os.path.isdir(BIBLE)

@@ -9,7 +9,7 @@
 2. In a fresh process: `tfformer-train`'s first step, the scan (checks every line, draws the
    vocabulary sample) and the SentencePiece training on that sample; its peak RSS.
 3. In another fresh process, the input pipeline alone, as `tfformer-train` builds it for the
-   base model (`run_data.training_batches`: 25000-token batches, max length 256, 100k shuffle
+   base model (`inputs.training_batches`: 25000-token batches, max length 256, 100k shuffle
    buffer): time from nothing to the first batch, then steady-state batches/s; its peak RSS.
 4. In a third, the base model's training step on batches of the same pipeline: the rate the
    pipeline must beat (by 5x, issue 10), compared in tokens per second. The base model's step
@@ -96,15 +96,15 @@ def measure_vocabulary(spec: str, out: str, vocab_size: int, sample: int) -> dic
     import logging
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-    from tfformer.data import run_data
-    from tfformer.run_dir import RunDir
+    from tfformer.train import inputs
+    from tfformer.utils.run_dir import RunDir
 
     started = time.monotonic()
     run = RunDir(out)
     os.makedirs(run.path, exist_ok=True)
-    data = run_data.prepare(run, chief=True, spec=spec, skip_bad_lines=False, seed=0,
+    data = inputs.prepare(run, chief=True, spec=spec, skip_bad_lines=False, seed=0,
                             vocab_size=vocab_size, vocab_sample=sample)
-    stats = run_data.read_stats(run)
+    stats = inputs.read_stats(run)
     return {"seconds": round(time.monotonic() - started, 1),
             "scan_seconds": stats["scan_seconds"], "pairs": stats["pairs"],
             "held_out": stats.get("held_out"), "sample_sentences": sample,
@@ -114,13 +114,13 @@ def measure_vocabulary(spec: str, out: str, vocab_size: int, sample: int) -> dic
 def measure_pipeline(spec: str, out: str, batch_tokens: int, batches: int) -> dict:
     """Time to the first batch and steady-state batches/s of the training stream alone."""
     started = time.monotonic()
-    from tfformer.data import run_data
-    from tfformer.run_dir import RunDir
+    from tfformer.train import inputs
+    from tfformer.utils.run_dir import RunDir
 
-    data = run_data.prepare(RunDir(out), chief=True, spec=spec, skip_bad_lines=False, seed=0,
+    data = inputs.prepare(RunDir(out), chief=True, spec=spec, skip_bad_lines=False, seed=0,
                             vocab_size=0, vocab_sample=2)  # reuses the run's vocabulary
-    counters = run_data.Counters()
-    stream = run_data.training_batches(data, batch_tokens=batch_tokens, max_length=256, seed=1,
+    counters = inputs.Counters()
+    stream = inputs.training_batches(data, batch_tokens=batch_tokens, max_length=256, seed=1,
                                        counters=counters)
     iterator = iter(stream)
     first = next(iterator)
@@ -146,15 +146,15 @@ def measure_model(spec: str, out: str, batch_tokens: int, steps: int) -> dict:
     import keras
 
     from tfformer.config import get_preset
-    from tfformer.data import run_data
-    from tfformer.model import Transformer
-    from tfformer.run_dir import RunDir
-    from tfformer.schedule import paper_optimizer
-    from tfformer.training import compile_transformer
+    from tfformer.model.compile_transformer import compile_transformer
+    from tfformer.model.schedule import paper_optimizer
+    from tfformer.model.transformer import Transformer
+    from tfformer.train import inputs
+    from tfformer.utils.run_dir import RunDir
 
-    data = run_data.prepare(RunDir(out), chief=True, spec=spec, skip_bad_lines=False, seed=0,
+    data = inputs.prepare(RunDir(out), chief=True, spec=spec, skip_bad_lines=False, seed=0,
                             vocab_size=0, vocab_sample=2)
-    stream = run_data.training_batches(data, batch_tokens=batch_tokens, max_length=256, seed=1)
+    stream = inputs.training_batches(data, batch_tokens=batch_tokens, max_length=256, seed=1)
     config = get_preset("base", vocab_size=data.tokenizer.vocab_size)
     model = Transformer(config)
     model.build()

@@ -188,9 +188,9 @@ def format_comparison(preset: str, model, tokenizer, extra: int, batches, reps: 
     import sentencepiece
     import tensorflow as tf
 
-    from tfformer.ctranslate2_export import TRANSLATE_OPTIONS, export_ctranslate2
-    from tfformer.export import export_saved_model
-    from tfformer.translator import Translator, in_precision
+    from tfformer.decode.translator import Translator, in_precision
+    from tfformer.export.ctranslate2 import TRANSLATE_OPTIONS, export_ctranslate2
+    from tfformer.export.saved_model import export_saved_model
 
     rows = []
     with tempfile.TemporaryDirectory() as work:
@@ -296,14 +296,14 @@ def main(argv=None) -> int:
 
     keras.utils.set_random_seed(0)  # before the tokenizer's tf-text resource
     from tfformer.data.builtin import builtin_pairs
-    from tfformer.export import export_saved_model
-    from tfformer.search import beam_search, greedy_search
+    from tfformer.data.tokenizer import Tokenizer
+    from tfformer.decode.search import beam_search, greedy_search
+    from tfformer.decode.translator import Translator
+    from tfformer.export.saved_model import export_saved_model
     from tfformer.serving import client, server
-    from tfformer.tokenizer import Tokenizer
-    from tfformer.translator import Translator
 
     tokenizer = Tokenizer.train([s for p in builtin_pairs("train", n=5000) for s in p], 4000)
-    from tfformer.precision import matmul_flags
+    from tfformer.utils.cpu import matmul_flags
 
     results = {"output_tokens": OUTPUT_TOKENS, "vocab_size": tokenizer.vocab_size,
                "tensorflow": tf.__version__, "cpu_count": os.cpu_count(),

@@ -30,7 +30,7 @@ def main(argv=None) -> int:
     parser.add_argument("--test", required=True, help="a TSV of source<TAB>reference lines")
     args = parser.parse_args(argv)
     sys.path.insert(0, ROOT)
-    from tfformer.precision import matmul_flags
+    from tfformer.utils.cpu import matmul_flags
 
     results = {"run_dir": args.run_dir, "test": args.test, "cpu_flags": matmul_flags(),
                "cpu_count": os.cpu_count(), "precisions": {}}

@@ -30,9 +30,9 @@ def measure(steps: int) -> dict:
     from tensorflow.python.util import _pywrap_util_port
 
     from tfformer.config import get_preset
-    from tfformer.model import Transformer
-    from tfformer.schedule import paper_optimizer
-    from tfformer.training import compile_transformer
+    from tfformer.model.compile_transformer import compile_transformer
+    from tfformer.model.schedule import paper_optimizer
+    from tfformer.model.transformer import Transformer
 
     batch, length, vocab = 64, 32, 8000
     keras.utils.set_random_seed(0)

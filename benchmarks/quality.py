@@ -78,7 +78,7 @@ def main(argv=None) -> int:
     parser.add_argument("--samples", type=int, default=20)
     args = parser.parse_args(argv)
     sys.path.insert(0, ROOT)
-    from tfformer.settings import Recipe
+    from tfformer.train.settings import Recipe
 
     recipe = Recipe.load(os.path.join(ROOT, args.recipe))
     test = args.test or recipe.train.data.split(",")[1]

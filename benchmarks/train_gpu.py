@@ -530,8 +530,8 @@ def run_keras(args, config, backend: str) -> dict:
 
     if ROOT not in sys.path:
         sys.path.insert(0, ROOT)
-    from tfformer.model import Transformer
-    from tfformer.training import compile_transformer
+    from tfformer.model.compile_transformer import compile_transformer
+    from tfformer.model.transformer import Transformer
 
     env = keras_environment(keras, backend)
     keras.utils.set_random_seed(args.seed)

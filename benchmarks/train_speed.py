@@ -135,11 +135,12 @@ def main(argv=None) -> int:
     ours_data = tf.data.Dataset.from_tensors(((source, target), labels)).repeat()
     hub_data = tf.data.Dataset.from_tensors(((source, target), labels)).repeat()
 
-    from tfformer import precision
+    from tfformer.model import precision
+    from tfformer.utils import cpu
 
     results = {"batch": BATCH, "length": LENGTH, "vocab": VOCAB, "threads": args.threads,
                "tensorflow": tf.__version__, "keras": keras.__version__,
-               "cpu_flags": precision.matmul_flags(),
+               "cpu_flags": cpu.matmul_flags(),
                "command": " ".join(["python", *sys.argv])}
     config = get_preset("base", vocab_size=VOCAB)
     flops = training_flops()

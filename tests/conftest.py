@@ -31,7 +31,7 @@ def make_run_dir(tmp_path_factory):
 
         from tfformer import Transformer, TransformerConfig
         from tfformer.data.builtin import builtin_pairs
-        from tfformer.tokenizer import Tokenizer
+        from tfformer.data.tokenizer import Tokenizer
 
         keras.utils.set_random_seed(seed)  # before the tokenizer's tf-text resource exists
         directory = tmp_path_factory.mktemp("run")

@@ -10,7 +10,7 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from tfformer.distribute import place  # noqa: E402
+from tfformer.train.devices import place  # noqa: E402
 
 placement = place("jax", 2)  # XLA_FLAGS: two host devices, before JAX starts
 
@@ -20,7 +20,7 @@ import numpy as np  # noqa: E402
 
 from tests.small_fit import BatchLosses, small_setup  # noqa: E402
 from tfformer import Transformer, compile_transformer  # noqa: E402
-from tfformer.run_state import optimizer_step  # noqa: E402
+from tfformer.train.state import optimizer_step  # noqa: E402
 
 assert keras.backend.backend() == "jax"
 config, dataset, initial_weights = small_setup()

@@ -17,7 +17,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from tfformer import Transformer, TransformerConfig, compile_transformer  # noqa: E402
-from tfformer.losses import label_smoothed_cross_entropy  # noqa: E402
+from tfformer.model.losses import label_smoothed_cross_entropy  # noqa: E402
 
 config = TransformerConfig(vocab_size=30, d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1,
                            num_decoder_layers=1, dropout=0.0)

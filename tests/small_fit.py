@@ -7,7 +7,7 @@ import keras
 from tfformer import Transformer, TransformerConfig
 from tfformer.data.batching import make_dataset
 from tfformer.data.builtin import builtin_pairs
-from tfformer.tokenizer import Tokenizer
+from tfformer.data.tokenizer import Tokenizer
 
 
 def small_setup():

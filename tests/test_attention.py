@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from keras import ops
 
-from tfformer.layers import kernels
-from tfformer.layers.attention import (
+from tfformer.model.layers import kernels
+from tfformer.model.layers.attention import (
     MultiHeadAttention,
     ScaledDotProductAttention,
     causal_mask,

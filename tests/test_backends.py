@@ -21,14 +21,14 @@ from keras import ops
 
 from tfformer import Transformer, compile_transformer
 from tfformer.config import TransformerConfig
-from tfformer.layers import kernels
-from tfformer.layers.attention import (
+from tfformer.model.layers import kernels
+from tfformer.model.layers.attention import (
     MultiHeadAttention,
     ScaledDotProductAttention,
     causal_mask,
     padding_mask,
 )
-from tfformer.losses import MaskedLabelSmoothedCrossEntropy
+from tfformer.model.losses import MaskedLabelSmoothedCrossEntropy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BACKEND = keras.backend.backend()

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tfformer.batch_translate import translate_in_batches
+from tfformer.decode.batch_translate import translate_in_batches
 
 
 def test_batches_are_full_but_the_last_and_keep_the_order():

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from tfformer import Transformer, TransformerConfig
-from tfformer.checkpoints import (
-    KeepLastCheckpoints,
+from tfformer.contract import saved_model_dir
+from tfformer.train.callbacks import KeepLastCheckpoints
+from tfformer.train.checkpoints import (
     average_checkpoints,
     average_last,
     backup_name,
@@ -16,7 +17,6 @@ from tfformer.checkpoints import (
     list_backups,
     list_checkpoints,
 )
-from tfformer.contract import saved_model_dir
 
 
 def small_model():
@@ -67,7 +67,7 @@ def test_average_last_takes_the_newest_and_warns_when_there_are_fewer(tmp_path, 
     assert [os.path.basename(p) for p in paths] == ["ckpt-00002.weights.h5",
                                                     "ckpt-00003.weights.h5"]
     assert model.get_weights()[0].flat[0] == pytest.approx(2.5)
-    with caplog.at_level(logging.WARNING, logger="tfformer.checkpoints"):
+    with caplog.at_level(logging.WARNING, logger="tfformer.train.checkpoints"):
         assert len(average_last(model, str(tmp_path), 5)) == 3
     assert "only 3 checkpoint(s) to average, not 5" in caplog.text
 

@@ -55,7 +55,7 @@ def test_every_training_setting_has_a_flag_whose_default_is_the_dataclass_defaul
     import dataclasses
 
     from tfformer.cli.train import parse_args
-    from tfformer.settings import TrainSettings
+    from tfformer.train.settings import TrainSettings
 
     args = parse_args([])
     for field in dataclasses.fields(TrainSettings):

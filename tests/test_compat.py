@@ -1,4 +1,4 @@
-"""Each workaround in tfformer.compat, and a check that fails when Keras changes what it works
+"""Each workaround in tfformer.model.compat, and a check that fails when Keras changes what it works
 around (then the workaround can go, or must change)."""
 
 import inspect
@@ -9,7 +9,8 @@ import pytest
 import tensorflow as tf
 from keras.src.backend.tensorflow import trainer as tf_trainer
 
-from tfformer import Transformer, TransformerConfig, compat, compile_transformer
+from tfformer import Transformer, TransformerConfig, compile_transformer
+from tfformer.model import compat
 
 
 def test_keras_still_calls_the_symbolic_build_hook_we_override():

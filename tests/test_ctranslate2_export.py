@@ -20,14 +20,14 @@ import sentencepiece as spm  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from tfformer import Transformer, TransformerConfig  # noqa: E402
-from tfformer import ctranslate2_export as ct2_export  # noqa: E402
 from tfformer.cli.export import main as export_main  # noqa: E402
 from tfformer.data.batching import make_dataset  # noqa: E402
 from tfformer.data.builtin import builtin_pairs  # noqa: E402
-from tfformer.search import beam_search, greedy_search  # noqa: E402
+from tfformer.data.tokenizer import Tokenizer  # noqa: E402
+from tfformer.decode.search import beam_search, greedy_search  # noqa: E402
+from tfformer.export import ctranslate2 as ct2_export  # noqa: E402
+from tfformer.model.compile_transformer import compile_transformer  # noqa: E402
 from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
-from tfformer.tokenizer import Tokenizer  # noqa: E402
-from tfformer.training import compile_transformer  # noqa: E402
 
 pytestmark = pytest.mark.slow  # they train or export a model
 

@@ -15,8 +15,8 @@ import tfformer
 from tfformer.data.batching import BatchStats, make_dataset, make_eval_dataset, make_stream
 from tfformer.data.buckets import bucket_lengths
 from tfformer.data.builtin import builtin_pairs
+from tfformer.data.tokenizer import Tokenizer
 from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
-from tfformer.tokenizer import Tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -309,7 +309,7 @@ def test_pipeline_works_with_fit_under_mirrored_strategy(tmp_path):
         keras.utils.set_random_seed(0)  # before the tokenizer exists (tf-text resource)
         from tfformer.data.batching import make_dataset, make_eval_dataset
         from tfformer.data.builtin import builtin_pairs
-        from tfformer.tokenizer import Tokenizer
+        from tfformer.data.tokenizer import Tokenizer
         pairs = builtin_pairs("train", 400)
         tok = Tokenizer.train([s for p in pairs for s in p], 200)
         strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])

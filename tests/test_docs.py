@@ -757,8 +757,8 @@ assert "</s>" not in results[0].hypotheses[0] and "<pad>" not in results[0].hypo
 import tfformer
 from tfformer.data.batching import make_dataset
 from tfformer.data.builtin import builtin_pairs
-from tfformer.search import beam_search
-from tfformer.tokenizer import Tokenizer
+from tfformer.decode.search import beam_search
+from tfformer.data.tokenizer import Tokenizer
 
 pairs = builtin_pairs("train", 2000)      # (Spanish, English) strings; files: tfformer.data.sources
 tokenizer = Tokenizer.train([text for pair in pairs for text in pair], vocab_size=2000)  # §5.1
@@ -777,7 +777,7 @@ print(tokenizer.detokenize(tokens[:, 0]).numpy(), scores.numpy())
 
 # A whole resumable, kill-safe run from Python (what tfformer-train does):
 from tfformer import run
-from tfformer.settings import TrainSettings
+from tfformer.train.settings import TrainSettings
 result = run.train("runs/mine", "tiny", TrainSettings(steps=400))       # rerun: continues
 exported = run.export("runs/mine", model_base_path="models")            # models/tfformer/N
 """, subs={"steps=400": "steps=4, dev_sentences=2",
@@ -830,7 +830,7 @@ TF_ENABLE_ONEDNN_OPTS=1 .venv/bin/tfformer-train --recipe training/configs/bible
         ]),
         Py("""\
 from tfformer import run
-from tfformer.settings import Recipe, load_config
+from tfformer.train.settings import Recipe, load_config
 
 recipe = Recipe.load("training/configs/bible-es-en-cpu.json")
 result = run.train("runs/bible", load_config(recipe.config, **recipe.overrides), recipe.train)

@@ -1,4 +1,4 @@
-"""The step-by-step greedy search of tfformer.eager_search (dev BLEU off TensorFlow) and the
+"""The step-by-step greedy search of tfformer.decode.eager_search (dev BLEU off TensorFlow) and the
 fixed-capacity decoder cache it uses, on every backend: against greedy decoding by full
 recomputation (no cache, no search code), and on TensorFlow against the in-graph search."""
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from tfformer.eager_search import greedy_search
+from tfformer.decode.eager_search import greedy_search
 from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 EXTRA = 6
@@ -68,7 +68,7 @@ def test_fixed_capacity_cache_equals_a_full_pass(search_model, search_sources):
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow",
                     reason="the in-graph search is TensorFlow's")
 def test_greedy_search_equals_the_in_graph_search(search_model, search_sources):
-    from tfformer.search import greedy_search as graph_greedy_search
+    from tfformer.decode.search import greedy_search as graph_greedy_search
 
     tokens, scores = greedy_search(search_model, search_sources, EXTRA)
     graph = graph_greedy_search(search_model, search_sources, EXTRA)

@@ -9,7 +9,7 @@ import math
 import numpy as np
 from keras import ops
 
-from tfformer.layers.embedding import (
+from tfformer.model.layers.embedding import (
     LearnedPositionalEmbedding,
     SharedEmbedding,
     SinusoidalPositionalEncoding,

@@ -9,9 +9,9 @@ import pytest
 from tfformer.cli.evaluate import main as evaluate_main
 from tfformer.data.builtin import builtin_pairs
 from tfformer.data.sources import DataError
+from tfformer.decode.translator import load_translator
 from tfformer.evaluate import read_test_set, score, translate_in_length_order
-from tfformer.export import export_saved_model
-from tfformer.translator import load_translator
+from tfformer.export.saved_model import export_saved_model
 
 REFERENCES = ["The three red dogs eat green apples.", "A sister visits the blue bridge.",
               "There are two elephants under our lamp."]

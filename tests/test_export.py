@@ -16,16 +16,16 @@ import tensorflow as tf
 from tests.test_rest import call
 from tfformer.cli.export import main as export_main
 from tfformer.contract import read_saved_model
-from tfformer.export import (
+from tfformer.decode.search import beam_search, greedy_search
+from tfformer.decode.translator import load_translator
+from tfformer.export.saved_model import (
     ExportError,
     check_ops,
     export_saved_model,
     saved_model_ops,
     translate_in_fresh_process,
 )
-from tfformer.search import beam_search, greedy_search
 from tfformer.serving import client, server
-from tfformer.translator import load_translator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXTRA = 12  # max_output_extra: random weights rarely emit EOS, so keep outputs short
@@ -124,7 +124,7 @@ def test_op_check_rejects_slice_update(tmp_path):
 
 def test_export_that_translates_differently_fails_and_leaves_no_version(
         translator, tmp_path, monkeypatch):
-    import tfformer.export as export_module
+    import tfformer.export.saved_model as export_module
 
     def wrong(path, sentences, **kwargs):
         return {"translations": ["x"] * len(sentences), "scores": [0.0] * len(sentences)}
@@ -298,7 +298,7 @@ def test_op_allowlist_matches_tensorflow_2_20():
     python = compat_python()
     result = subprocess.run(
         [python, os.path.join(ROOT, "tools", "make_op_allowlist.py"), "--check",
-         os.path.join(ROOT, "tfformer", "serving_ops.txt")],
+         os.path.join(ROOT, "tfformer", "export", "serving_ops.txt")],
         capture_output=True, text=True, timeout=300,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert result.returncode == 0, result.stderr[-2000:]

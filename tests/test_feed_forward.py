@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from tfformer.layers import PositionwiseFeedForward
+from tfformer.model.layers import PositionwiseFeedForward
 
 
 @pytest.mark.parametrize("length", [1, 5])

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from tests.test_training import HERE, env, train_command
-from tfformer import backends
 from tfformer.data.buckets import bucket_lengths, default_growth
+from tfformer.utils import backends
 
 
 def jax_env(**extra):
@@ -83,7 +83,7 @@ def test_jax_run_resumes_after_kill_9_and_exports_with_tensorflow(tmp_path):
         rows = list(csv.DictReader(f))
     assert [int(r["epoch"]) for r in rows] == [1, 2]
     assert [int(r["step"]) for r in rows] == [3, 6]
-    for row in rows:  # dev BLEU too: the step-by-step search of tfformer.eager_search
+    for row in rows:  # dev BLEU too: the step-by-step search of tfformer.decode.eager_search
         assert all(value != "" for value in row.values()), row
     model = keras.models.load_model(out / "model.keras")  # on this process' TensorFlow
     assert int(model.optimizer.iterations) == total
@@ -99,9 +99,9 @@ def test_jax_run_resumes_after_kill_9_and_exports_with_tensorflow(tmp_path):
     serving = tf.saved_model.load(exported.export_dir).signatures["serving_default"]
     exported_texts = [t.decode() for t in serving(tf.constant(sources))["translations"].numpy()]
     script = ("import json, sys, keras\n"
-              "import tfformer.model  # registers tfformer's classes with Keras\n"
-              "from tfformer.eager_search import translate_texts\n"
-              "from tfformer.tokenizer import Tokenizer\n"
+              "import tfformer.model.transformer  # registers tfformer's classes with Keras\n"
+              "from tfformer.decode.eager_search import translate_texts\n"
+              "from tfformer.data.tokenizer import Tokenizer\n"
               f"model = keras.models.load_model({str(out / 'model.keras')!r})\n"
               f"tokenizer = Tokenizer.from_file({str(out / 'tokenizer.model')!r})\n"
               "print(json.dumps([t for t, _ in translate_texts(model, tokenizer, "

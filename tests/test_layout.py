@@ -8,10 +8,25 @@ import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "tfformer")
+# The package's layers, lowest first: a module imports only its own layer and those below it.
+# model/ and data/ are peers that never import each other. config, special_tokens and contract
+# are facts every layer shares; run and evaluate are the facades over every layer.
+LAYERS = [
+    ("tfformer.utils",),
+    ("tfformer.config", "tfformer.special_tokens", "tfformer.contract"),
+    ("tfformer.model",),
+    ("tfformer.data",),
+    ("tfformer.decode",),
+    ("tfformer.train",),
+    ("tfformer.export",),
+    ("tfformer.serving",),
+    ("tfformer.run", "tfformer.evaluate"),
+    ("tfformer.cli",),
+]
+PEERS = {("tfformer.model",), ("tfformer.data",)}
 # What a program may use but training code may not: the export and everything serving.
 SERVING_SIDE = ("tfformer.export", "tfformer.serving", "tfformer.run", "tfformer.cli",
-                "tfformer.evaluate", "tfformer.ctranslate2_export")
-
+                "tfformer.evaluate")
 
 def modules():
     """(dotted name, parsed tree) of every module of the package."""
@@ -50,9 +65,57 @@ def test_a_wheel_installs_one_import_name(tmp_path):
         entry_points = archive.read(top_level.replace("top_level.txt", "entry_points.txt"))
     assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {
         "tfformer"}
-    assert "tfformer/serving_ops.txt" in names
+    assert "tfformer/export/serving_ops.txt" in names
     for script in ("train", "average", "export", "evaluate", "serve", "translate"):
         assert f"tfformer-{script} = tfformer.cli.{script}:main" in entry_points.decode()
+
+
+def layer_of(name):
+    for rank, prefixes in enumerate(LAYERS):
+        if within(name, prefixes):
+            return rank
+    return None
+
+
+def test_every_module_lives_in_a_layer_and_the_package_root_holds_a_handful():
+    loose = []
+    for name, _ in modules():
+        if name != "tfformer":
+            assert layer_of(name) is not None, f"{name} is in no layer of LAYERS"
+            if name.count(".") == 1 and not os.path.isdir(os.path.join(PACKAGE,
+                                                                        name.split(".")[1])):
+                loose.append(name)
+    assert sorted(loose) == ["tfformer.config", "tfformer.contract", "tfformer.evaluate",
+                             "tfformer.run", "tfformer.special_tokens"]
+
+
+def test_imports_go_down_the_layers():
+    checked = 0
+    for name, tree in modules():
+        rank = layer_of(name)
+        if rank is None:
+            continue
+        for target in imported(tree):
+            if not within(target, ("tfformer",)) or target == "tfformer":
+                continue
+            target_rank = layer_of(target)
+            if target_rank is None:  # `from tfformer.data import batching`: the name is a module
+                continue
+            assert target_rank <= rank, f"{name} (layer {LAYERS[rank]}) imports {target}"
+            if target_rank == rank and LAYERS[rank] in PEERS:
+                assert within(target, LAYERS[rank]), f"{name} imports {target}"
+            peer = [p for p in PEERS if within(target, p)]
+            if peer and LAYERS[rank] in PEERS and LAYERS[rank] != peer[0]:
+                raise AssertionError(f"{name} imports its peer layer's {target}")
+            checked += 1
+    assert checked >= 100
+
+
+def test_the_data_layer_imports_no_keras():
+    for name, tree in modules():
+        if within(name, ("tfformer.data",)):
+            wrong = sorted(i for i in imported(tree) if within(i, ("keras",)))
+            assert not wrong, f"{name} imports {wrong}"
 
 
 def test_training_code_never_imports_export_or_serving_code():

@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import pytest
 
-from tfformer.losses import MaskedAccuracy, MaskedLabelSmoothedCrossEntropy, Perplexity
+from tfformer.model.losses import MaskedAccuracy, MaskedLabelSmoothedCrossEntropy, Perplexity
 
 HERE = os.path.dirname(__file__)
 

@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 from keras import ops
 
-from tfformer import Transformer, compile_transformer, precision
+from tfformer import Transformer, compile_transformer
 from tfformer.config import TransformerConfig
+from tfformer.model import precision
 from tfformer.special_tokens import BOS_ID
+from tfformer.utils import cpu
 
 HALF = {"bf16": "bfloat16", "fp16": "float16"}
 
@@ -94,8 +96,8 @@ def test_half_precision_logits_follow_fp32_and_masks_hold(config, half):
 def test_auto_precision_is_bf16_only_where_the_hardware_multiplies_in_it(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16\n")
-    assert precision.cpu_flags(str(cpuinfo)) >= {"avx2", "avx512_bf16"}
-    assert precision.cpu_flags(str(tmp_path / "missing")) == set()
+    assert cpu.cpu_flags(str(cpuinfo)) >= {"avx2", "avx512_bf16"}
+    assert cpu.cpu_flags(str(tmp_path / "missing")) == set()
     assert precision.resolve("auto", flags={"avx512_bf16"}, accelerator=False) == "bf16"
     assert precision.resolve("auto", flags={"amx_bf16"}, accelerator=False) == "bf16"
     assert precision.resolve("auto", flags={"avx2", "avx512f"}, accelerator=False) is None
@@ -110,6 +112,6 @@ def test_auto_precision_is_bf16_only_where_the_hardware_multiplies_in_it(tmp_pat
         assert keras.config.dtype_policy().name == "mixed_bfloat16"
     assert keras.config.dtype_policy().name == before
     # What a bf16 export logs about this CPU.
-    assert "natively (amx_bf16, avx512_bf16)" in precision.describe_bf16_support(
+    assert "natively (amx_bf16, avx512_bf16)" in cpu.describe_bf16_support(
         {"avx2", "avx512_bf16", "amx_bf16"})
-    assert "neither AVX512_BF16 nor AMX" in precision.describe_bf16_support({"avx2", "avx512f"})
+    assert "neither AVX512_BF16 nor AMX" in cpu.describe_bf16_support({"avx2", "avx512f"})

@@ -9,7 +9,7 @@ import sys
 import keras
 import pytest
 
-import tfformer.model  # noqa: F401  (registers the classes that model.keras names)
+import tfformer.model.transformer  # noqa: F401  (registers the classes that model.keras names)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)

@@ -1,5 +1,5 @@
-"""tfformer.attention_maps and tfformer.plots: the weights behind a heatmap, and figures rendered
-with the Agg backend that are not blank and carry the sentence's pieces."""
+"""tfformer.decode.attention_maps and tfformer.train.plots: the weights behind a heatmap, and
+figures rendered with the Agg backend that are not blank and carry the sentence's pieces."""
 
 import io
 import logging
@@ -13,16 +13,16 @@ matplotlib.use("Agg")
 
 from matplotlib.image import imread  # noqa: E402
 
-from tfformer import plots  # noqa: E402
-from tfformer.attention_maps import attention_maps  # noqa: E402
 from tfformer.config import TransformerConfig  # noqa: E402
 from tfformer.data.builtin import builtin_pairs  # noqa: E402
-from tfformer.model import Transformer  # noqa: E402
-from tfformer.run_dir import RunDir  # noqa: E402
-from tfformer.run_steps import save_history_plot  # noqa: E402
+from tfformer.data.tokenizer import Tokenizer  # noqa: E402
+from tfformer.decode.attention_maps import attention_maps  # noqa: E402
+from tfformer.decode.translator import Translator  # noqa: E402
+from tfformer.model.transformer import Transformer  # noqa: E402
 from tfformer.special_tokens import BOS_ID, EOS_ID  # noqa: E402
-from tfformer.tokenizer import Tokenizer  # noqa: E402
-from tfformer.translator import Translator  # noqa: E402
+from tfformer.train import plots  # noqa: E402
+from tfformer.train.steps import save_history_plot  # noqa: E402
+from tfformer.utils.run_dir import RunDir  # noqa: E402
 
 
 @pytest.fixture(scope="module")

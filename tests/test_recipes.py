@@ -7,7 +7,7 @@ import os
 import pytest
 
 from tfformer.cli.train import parse_args, parse_overrides
-from tfformer.settings import Recipe, load_config
+from tfformer.train.settings import Recipe, load_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECIPES = sorted(glob.glob(os.path.join(ROOT, "training", "configs", "*.json")))

@@ -17,9 +17,10 @@ from tfformer import (
     compile_transformer,
     paper_optimizer,
 )
-from tfformer.files import atomic_write_text, full_disk_path, remove_temporaries
-from tfformer.run_state import RunState, history_csv, logged_tensorboard_steps
-from tfformer.training import fit_resumable
+from tfformer.train.callbacks import RunState
+from tfformer.train.fit import fit_resumable
+from tfformer.train.state import history_csv, logged_tensorboard_steps
+from tfformer.utils.files import atomic_write_text, full_disk_path, remove_temporaries
 
 CONFIG = TransformerConfig(vocab_size=30, d_model=16, num_heads=2, d_ff=32, num_encoder_layers=1,
                            num_decoder_layers=1, dropout=0.0)
@@ -142,7 +143,7 @@ def test_a_torn_write_leaves_the_old_file_and_its_leftover_is_removed(tmp_path):
             f.write('{"step": 2')
         raise KeyboardInterrupt  # the process dies here, before the rename
 
-    from tfformer.files import atomic_write
+    from tfformer.utils.files import atomic_write
 
     with pytest.raises(KeyboardInterrupt):
         atomic_write(str(target), killed_midway)
@@ -165,7 +166,7 @@ LEGACY_RUN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "r
 
 
 def small_settings(**changes):
-    from tfformer.settings import TrainSettings
+    from tfformer.train.settings import TrainSettings
 
     return TrainSettings(**{**dict(data="builtin:300", steps_per_epoch=2, backup_every=1,
                                    batch_tokens=512, vocab_size=120, dev_sentences=0,
@@ -192,7 +193,7 @@ def test_run_api_trains_and_resumes_from_python(tmp_path):
 
 def test_a_run_dir_written_before_the_config_split_loads_and_resumes(tmp_path):
     from tfformer import run
-    from tfformer.translator import load_translator
+    from tfformer.decode.translator import load_translator
 
     old = tmp_path / "old"
     shutil.copytree(LEGACY_RUN, old)

@@ -10,15 +10,21 @@ import types
 import keras
 import pytest
 
-from tfformer import run, run_steps
-from tfformer.callbacks import DevBleu, StopAtTime
-from tfformer.checkpoints import KeepLastCheckpoints
+from tfformer import run
 from tfformer.config import TransformerConfig
-from tfformer.data import run_data
 from tfformer.data.batching import BatchStats
-from tfformer.distribute import Placement
-from tfformer.run_dir import RunDir
-from tfformer.settings import Budget, TrainingStopped, TrainSettings, load_config
+from tfformer.train import inputs
+from tfformer.train import steps as run_steps
+from tfformer.train.callbacks import (
+    DevBleu,
+    KeepLastCheckpoints,
+    LogBatchShapes,
+    LogDataCounters,
+    StopAtTime,
+)
+from tfformer.train.devices import Placement
+from tfformer.train.settings import Budget, TrainingStopped, TrainSettings, load_config
+from tfformer.utils.run_dir import RunDir
 
 SMALL = load_config("tiny", vocab_size=40, d_model=16, num_heads=2, d_ff=16)
 
@@ -77,8 +83,8 @@ def test_dev_sources_are_kept_once_one_per_line(tmp_path):
 def make_callbacks(tmp_path, settings, chief=True, deadline=None):
     data = types.SimpleNamespace(tokenizer=object(), dev=types.SimpleNamespace(
         pairs=[("hola", "hello")]))
-    batches = run_data.RunBatches(train=None, dev=None, batches_per_pass=None,
-                                  counters=run_data.Counters(), stats=BatchStats())
+    batches = inputs.RunBatches(train=None, dev=None, batches_per_pass=None,
+                                  counters=inputs.Counters(), stats=BatchStats())
     budget = Budget(total_steps=10, steps_per_epoch=5, deadline=deadline)
     return run_steps.make_callbacks(settings, RunDir(tmp_path), data, batches, 64,
                                     "tensorflow", chief, budget)
@@ -87,8 +93,8 @@ def make_callbacks(tmp_path, settings, chief=True, deadline=None):
 def test_callbacks_of_a_default_run(tmp_path):
     callbacks = make_callbacks(tmp_path, TrainSettings(keep_checkpoints=3))
     assert [type(c) for c in callbacks.all] == [
-        keras.callbacks.TerminateOnNaN, KeepLastCheckpoints, run_data.LogDataCounters,
-        run_data.LogBatchShapes, DevBleu]
+        keras.callbacks.TerminateOnNaN, KeepLastCheckpoints, LogDataCounters,
+        LogBatchShapes, DevBleu]
     assert callbacks.all[1].keep == 3 and callbacks.all[3] is callbacks.batch_shapes
     assert callbacks.stop_at_time is None
 
@@ -146,7 +152,7 @@ def test_a_run_its_deadline_stopped_ends_normally(tmp_path, caplog):
 
 def test_packed_training_batches_are_asked_for_and_bounded_by_the_config(monkeypatch):
     asked = {}
-    monkeypatch.setattr(run_data, "assemble", lambda *args, **kwargs: asked.update(kwargs))
+    monkeypatch.setattr(inputs, "assemble", lambda *args, **kwargs: asked.update(kwargs))
     run_steps.assemble_batches(None, None, TrainSettings(pack_length=32), SMALL, placement(),
                                "tensorflow")
     assert asked["pack_length"] == 32 and asked["max_length"] == SMALL.max_length

@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import pytest
 
-from tfformer.schedule import NoamSchedule, paper_optimizer
+from tfformer.model.schedule import NoamSchedule, paper_optimizer
 
 
 def paper_lrate(step, d_model=512, warmup=4000):

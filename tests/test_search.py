@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfformer.search import beam_search, greedy_search
+from tfformer.decode.search import beam_search, greedy_search
 from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 EXTRA = 6

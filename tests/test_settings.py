@@ -7,14 +7,14 @@ import sys
 import pytest
 
 from tfformer.config import TransformerConfig
-from tfformer.settings import (
+from tfformer.train.settings import (
     PAPER_WARMUP_STEPS,
     Budget,
     TrainSettings,
     load_config,
     warmup_steps,
 )
-from tfformer.validate import check_at_least
+from tfformer.utils.checks import check_at_least
 
 
 @pytest.mark.parametrize("config", [
@@ -102,7 +102,7 @@ def test_none_passes_the_check():
 
 
 def test_settings_import_no_tensorflow():
-    code = ("import sys, tfformer.run, tfformer.settings\n"
+    code = ("import sys, tfformer.run, tfformer.train.settings\n"
             "print(sorted(m for m in ('tensorflow', 'keras', 'jax') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=60, check=True)

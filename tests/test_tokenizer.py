@@ -1,4 +1,4 @@
-"""Tests of tfformer.tokenizer: reserved ids, round trip, persistence, graph mode."""
+"""Tests of tfformer.data.tokenizer: reserved ids, round trip, persistence, graph mode."""
 
 import os
 
@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from tfformer.data.builtin import builtin_pairs
+from tfformer.data.tokenizer import Tokenizer
 from tfformer.special_tokens import (
     BOS_ID,
     BOS_PIECE,
@@ -17,7 +18,6 @@ from tfformer.special_tokens import (
     UNK_ID,
     UNK_PIECE,
 )
-from tfformer.tokenizer import Tokenizer
 
 # Accents, ñ, ü, inverted marks, curly quotes, dashes: all must survive a round trip.
 ACCENTED = [

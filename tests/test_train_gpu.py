@@ -124,8 +124,8 @@ def copy_tfformer_weights(keras_model, torch_model, config):
 def test_torch_model_matches_tfformer_numerically():
     torch = require("torch")
     from tfformer.config import TransformerConfig
-    from tfformer.losses import MaskedLabelSmoothedCrossEntropy
-    from tfformer.model import Transformer
+    from tfformer.model.losses import MaskedLabelSmoothedCrossEntropy
+    from tfformer.model.transformer import Transformer
 
     benchmark = load_benchmark()
     config = TransformerConfig(vocab_size=50, d_model=32, num_heads=4, d_ff=64,

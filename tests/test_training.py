@@ -404,7 +404,7 @@ def test_max_minutes_ends_the_run_early_and_saves_the_model(tmp_path):
 
 
 def test_stop_at_time_leaves_room_for_the_epoch_end():
-    from tfformer.callbacks import StopAtTime
+    from tfformer.train.callbacks import StopAtTime
 
     now = [0.0]
     callback = StopAtTime(deadline=100.0, clock=lambda: now[0])

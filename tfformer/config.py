@@ -3,7 +3,7 @@ settings (`DecodingConfig`: chosen at translate or export time).
 
 The paper's numbers live in the presets (Vaswani et al. 2017, Table 3) and in the dataclasses'
 defaults. Training settings (label smoothing, warmup, batch tokens, ...) belong to a run:
-`tfformer.settings.TrainSettings`.
+`tfformer.train.settings.TrainSettings`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import dataclasses
 import json
 from typing import Any
 
-from tfformer.validate import check_at_least, check_fraction, check_non_negative
+from tfformer.utils.checks import check_at_least, check_fraction, check_non_negative
 
 POSITIONAL_CHOICES = ("sinusoidal", "learned")
 NORM_CHOICES = ("post", "pre")

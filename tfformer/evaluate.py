@@ -14,9 +14,9 @@ from typing import Callable, Sequence
 
 import sacrebleu
 
-from tfformer.batch_translate import translate_in_batches
 from tfformer.contract import saved_model_dir
 from tfformer.data.sources import DataError, read_tsv
+from tfformer.decode.batch_translate import translate_in_batches
 
 TranslateBatch = Callable[[list[str]], list[str]]
 
@@ -109,8 +109,8 @@ def load_translate_batch(path: str, *, checkpoint: str | None = None,
                 {"model": path, "kind": "saved_model", "search": "as exported"})
     if checkpoint and average:
         raise ValueError("give --checkpoint or --average, not both")
-    from tfformer.checkpoints import average_last
-    from tfformer.translator import load_translator
+    from tfformer.decode.translator import load_translator
+    from tfformer.train.checkpoints import average_last
 
     translator = load_translator(path, **{k: v for k, v in search.items() if v is not None})
     weights = "model.keras"

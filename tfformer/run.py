@@ -4,7 +4,7 @@ The console scripts (`tfformer.cli`) only parse their arguments and call these; 
 Keras user calls them the same way:
 
     from tfformer import run
-    from tfformer.settings import TrainSettings
+    from tfformer.train.settings import TrainSettings
 
     result = run.train("runs/mine", "tiny", TrainSettings(steps=400))   # rerun to resume
     run.average("runs/mine", last=5)
@@ -19,11 +19,12 @@ import os
 import time
 from typing import Any, Sequence
 
-from tfformer import backends, distribute
 from tfformer.config import TransformerConfig
-from tfformer.run_dir import RunDir
-from tfformer.settings import Budget, TrainSettings, load_config, warmup_steps
-from tfformer.validate import check_at_least
+from tfformer.train import devices as distribute
+from tfformer.train.settings import Budget, TrainSettings, load_config, warmup_steps
+from tfformer.utils import backends
+from tfformer.utils.checks import check_at_least
+from tfformer.utils.run_dir import RunDir
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
     """Trains (or resumes) the run in `out` until its step budget; resumable after any kill.
 
     Args:
-        out: the run directory (see `tfformer.run_dir`).
+        out: the run directory (see `tfformer.utils.run_dir`).
         config: a preset name, a JSON file or a TransformerConfig (vocab_size is set from the
             trained vocabulary).
         settings: how to train (default: `TrainSettings()`).
@@ -58,12 +59,12 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
     Raises:
         ValueError: bad settings or data (naming the field, file and line), or a run directory
             whose saved config differs from `config` (naming the fields).
-        tfformer.settings.TrainingStopped: training stopped before its step budget (NaN loss).
+        tfformer.train.settings.TrainingStopped: training stopped before its step budget (NaN loss).
     """
     settings = settings or TrainSettings()
     started = time.monotonic()
     backend, placement = place_devices(settings)
-    from tfformer import run_steps as steps  # Keras starts here, on the backend placed
+    from tfformer.train import steps  # Keras starts here, on the backend placed
 
     shared, run = steps.run_dirs(out, placement)
     warmup = warmup_steps(settings, config)
@@ -110,9 +111,9 @@ def average(run_dir: str | os.PathLike, last: int = 5, out: str | None = None) -
     """Averages the weights of the run's last `last` epoch checkpoints (§6.1) into a `.keras`
     model (default `RUN/model-avgK.keras`, K the number averaged); returns its path."""
     check_at_least("last", last)
-    from tfformer.checkpoints import CHECKPOINT_GLOB, average_last, list_checkpoints
-    from tfformer.files import atomic_write
-    from tfformer.model import Transformer
+    from tfformer.model.transformer import Transformer
+    from tfformer.train.checkpoints import CHECKPOINT_GLOB, average_last, list_checkpoints
+    from tfformer.utils.files import atomic_write
 
     run = RunDir(run_dir)
     if not os.path.exists(run.config) or not list_checkpoints(run.checkpoints):
@@ -150,7 +151,7 @@ def export(run_dir: str | os.PathLike, model_base_path: str = "models", name: st
            check_sentences: str | Sequence[str] | None = None,
            precision: str = "fp32") -> ExportResult:
     """Exports the run's model.keras as `model_base_path/name/VERSION` for TF Serving, checked
-    op by op and in a fresh process (see `tfformer.export.export_saved_model`).
+    op by op and in a fresh process (see `tfformer.export.saved_model.export_saved_model`).
 
     Args:
         version: default one above the highest present.
@@ -160,18 +161,18 @@ def export(run_dir: str | os.PathLike, model_base_path: str = "models", name: st
             the run's dev sources, else a few fixed Spanish sentences).
         precision: "fp32", or "bf16": weights stored and multiplied in bfloat16, LayerNorm,
             softmax, log-probabilities and beam scores in float32
-            (`tfformer.translator.in_precision`). It pays off on CPUs with AVX512_BF16 or AMX
+            (`tfformer.decode.translator.in_precision`). It pays off on CPUs with AVX512_BF16 or AMX
             (logged), a GPU or a TPU.
     """
     from tfformer.contract import next_version
-    from tfformer.export import export_saved_model
-    from tfformer.translator import load_translator
+    from tfformer.decode.translator import load_translator
+    from tfformer.export.saved_model import export_saved_model
 
     run = RunDir(run_dir)
     translator = load_translator(run.path, beam_size=beam_size, length_penalty=length_penalty,
                                  max_output_extra=max_output_extra, precision=precision)
     if precision == "bf16":
-        from tfformer.precision import describe_bf16_support
+        from tfformer.utils.cpu import describe_bf16_support
 
         logger.info("bf16 weights: %s", describe_bf16_support())
     version = version or next_version(os.path.join(model_base_path, name))

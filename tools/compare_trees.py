@@ -31,10 +31,10 @@ def probe(reps: int) -> dict:
     import tensorflow as tf
 
     from tfformer.config import get_preset
-    from tfformer.model import Transformer
-    from tfformer.search import beam_search, greedy_search
+    from tfformer.decode.search import beam_search, greedy_search
+    from tfformer.model.compile_transformer import compile_transformer
+    from tfformer.model.transformer import Transformer
     from tfformer.special_tokens import EOS_ID
-    from tfformer.training import compile_transformer
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)

@@ -1,10 +1,10 @@
-"""Writes tfformer/serving_ops.txt: the ops a stock TensorFlow Serving binary runs.
+"""Writes tfformer/export/serving_ops.txt: the ops a stock TensorFlow Serving binary runs.
 
 TF Serving links core TensorFlow plus the ops of tensorflow-text 2.20.0. Run this with
 tensorflow==2.20.0 and tensorflow-text==2.20.0 installed (the second virtualenv that CI makes):
 
-    python tools/make_op_allowlist.py tfformer/serving_ops.txt      # write
-    python tools/make_op_allowlist.py --check tfformer/serving_ops.txt  # compare, exit 1 if stale
+    python tools/make_op_allowlist.py tfformer/export/serving_ops.txt          # write
+    python tools/make_op_allowlist.py --check tfformer/export/serving_ops.txt  # exit 1 if stale
 
 Left out, to be safe:
 - XLA ops (Xla*): registered in the TensorFlow pip package, but without kernels outside XLA

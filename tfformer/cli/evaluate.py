@@ -51,7 +51,7 @@ def main(argv=None) -> int:
         score,
         translate_in_length_order,
     )
-    from tfformer.files import atomic_write_text
+    from tfformer.utils.files import atomic_write_text
 
     try:
         sources, references, test_set = read_test_set(args.data, args.src, args.ref)

@@ -13,7 +13,7 @@ exists, a bad value) exits 2.
 
 writes ct2-model/{model.bin, config.json, shared_vocabulary.json, tokenizer.model} for
 CTranslate2 (pip install ctranslate2), checked to load and, with float32 weights, to reproduce
-the model's log-probabilities (see tfformer.ctranslate2_export); same exit codes.
+the model's log-probabilities (see tfformer.export.ctranslate2); same exit codes.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import logging
 import sys
 
 from tfformer.cli.console import DefaultsOnceFormatter, start_logging
-from tfformer.ctranslate2_export import QUANTIZATIONS
-from tfformer.precision import INFERENCE_PRECISIONS
+from tfformer.export.ctranslate2 import QUANTIZATIONS
+from tfformer.model.precision import INFERENCE_PRECISIONS
 
 logger = logging.getLogger("tfformer.cli.export")
 
@@ -75,7 +75,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def export_ctranslate2(args: argparse.Namespace) -> dict:
-    from tfformer.ctranslate2_export import export_ctranslate2
+    from tfformer.export.ctranslate2 import export_ctranslate2
 
     sentences = None
     if args.check_sentences is not None:
@@ -92,8 +92,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     start_logging()
     from tfformer import run
-    from tfformer.ctranslate2_export import CTranslate2ExportError
-    from tfformer.export import ExportError
+    from tfformer.export.ctranslate2 import CTranslate2ExportError
+    from tfformer.export.saved_model import ExportError
 
     try:
         if args.format == "ctranslate2":

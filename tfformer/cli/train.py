@@ -19,14 +19,14 @@ import logging
 import os
 import sys
 
-from tfformer.backends import BACKENDS
 from tfformer.cli.console import DefaultsOnceFormatter, start_logging
-from tfformer.precision import CHOICES as PRECISIONS
-from tfformer.settings import (  # no TensorFlow: --help stays quick
+from tfformer.model.precision import CHOICES as PRECISIONS
+from tfformer.train.settings import (  # no TensorFlow: --help stays quick
     Recipe,
     TrainingStopped,
     TrainSettings,
 )
+from tfformer.utils.backends import BACKENDS
 
 # Every flag of a training setting takes its default from TrainSettings, written once there.
 SETTINGS = {field.name: field.default for field in dataclasses.fields(TrainSettings)}
@@ -170,7 +170,7 @@ def main(argv=None) -> int:
         logger.error("%s", error)
         return 1
     except Exception as error:  # noqa: BLE001 (a full disk is named in one line; others raise)
-        from tfformer.files import full_disk_path
+        from tfformer.utils.files import full_disk_path
 
         path = full_disk_path(error)
         if path is None:
@@ -186,19 +186,19 @@ def main(argv=None) -> int:
 def print_samples(result) -> None:
     """A few dev translations (beam search; greedy off TensorFlow) and the last history row as
     JSON."""
-    from tfformer.layers.kernels import ON_TENSORFLOW
+    from tfformer.utils.backends import on_tensorflow
 
     samples = result.dev_pairs[:5]
     sources = [source for source, _ in samples]
-    if ON_TENSORFLOW:
-        from tfformer.translator import Translator
+    if on_tensorflow():
+        from tfformer.decode.translator import Translator
 
         translations = Translator(result.model, result.tokenizer).translate_texts(sources)
     else:  # the in-graph search is TensorFlow's; the model runs on another backend here
-        from tfformer.eager_search import translate_texts
+        from tfformer.decode.eager_search import translate_texts
 
         translations = translate_texts(result.model, result.tokenizer, sources)
-    print(f"\nSample translations (dev, {'beam' if ON_TENSORFLOW else 'greedy'} search):")
+    print(f"\nSample translations (dev, {'beam' if on_tensorflow() else 'greedy'} search):")
     for (source, reference), (hypothesis, _) in zip(samples, translations):
         print(f"  src: {source}\n  hyp: {hypothesis}\n  ref: {reference}\n")
     final = result.history[-1] if result.history else {}

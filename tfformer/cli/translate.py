@@ -14,9 +14,9 @@ import logging
 import sys
 from typing import Iterator, Optional, Sequence
 
-from tfformer.batch_translate import translate_in_batches
 from tfformer.cli.console import start_logging
 from tfformer.contract import DEFAULT_SIGNATURE, NBEST_SIGNATURE
+from tfformer.decode.batch_translate import translate_in_batches
 from tfformer.serving.defaults import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_MODEL,

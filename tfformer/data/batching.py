@@ -38,10 +38,10 @@ from tfformer.data.buckets import DEFAULT_BUCKET_GROWTH, bucket_batch_sizes, buc
 from tfformer.data.packing import pack_pairs, rows_per_batch
 from tfformer.data.sources import Pair, ParallelText
 from tfformer.special_tokens import PAD_ID
-from tfformer.validate import check_at_least
+from tfformer.utils.checks import check_at_least
 
 if TYPE_CHECKING:
-    from tfformer.tokenizer import Tokenizer
+    from tfformer.data.tokenizer import Tokenizer
 
 # ---------------------------------------------------------------------------------------------
 # tf.data pipeline

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from tfformer.validate import check_at_least
+from tfformer.utils.checks import check_at_least
 
 DEFAULT_BUCKET_GROWTH = 1.1  # as much padding as padding each batch to its longest pair
 # Where every new shape is one more program to compile (TensorFlow's jit_compile, JAX): about

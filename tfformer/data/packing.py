@@ -22,7 +22,7 @@ import tensorflow as tf
 from tensorflow.autograph.experimental import do_not_convert
 
 from tfformer.special_tokens import PAD_ID
-from tfformer.validate import check_at_least
+from tfformer.utils.checks import check_at_least
 
 DEFAULT_WINDOW = 1024  # pairs packed together: a window of 1024 fills rows within 1% of 4096
 

@@ -25,7 +25,7 @@ from tfformer.data.sources import (
     holdout_key,
     utf8_strings,
 )
-from tfformer.validate import check_at_least
+from tfformer.utils.checks import check_at_least
 
 HOLDOUT_FRACTION = 0.01  # of TRAIN held out as dev when no DEV file is given...
 MAX_HOLDOUT = 1000  # ...but at most this many pairs (and at least one)

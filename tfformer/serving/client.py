@@ -21,7 +21,6 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 import grpc
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
-from tfformer.batch_translate import translate_in_batches
 from tfformer.contract import (
     DEFAULT_SIGNATURE,
     INPUT_NAME,
@@ -31,13 +30,14 @@ from tfformer.contract import (
     OUTPUT_TRANSLATIONS,
     saved_model_dir,
 )
+from tfformer.decode.batch_translate import translate_in_batches
 from tfformer.serving.defaults import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_MODEL,
     DEFAULT_SERVER,
     DEFAULT_TIMEOUT,
 )
-from tfformer.validate import check_at_least
+from tfformer.utils.checks import check_at_least
 
 logger = logging.getLogger(__name__)
 

@@ -54,7 +54,7 @@ from tfformer.data.builtin.vocabulary import (
     number_to_english,
     number_to_spanish,
 )
-from tfformer.validate import check_at_least
+from tfformer.utils.checks import check_at_least
 
 SPLIT_SIZES: dict[str, int] = {"train": 20000, "dev": 500, "test": 500}
 """Default number of pairs per split."""

@@ -1,0 +1,315 @@
+"""One shared SentencePiece subword vocabulary for source and target (paper §5.1).
+
+Training uses the `sentencepiece` package; tokenizing and detokenizing use the SentencePiece ops
+of `tensorflow_text`, so the very same `Tokenizer` (a `tf.Module`) works inside `tf.data`,
+inside `tf.function` and inside an exported SavedModel, with no `tf.py_function`.
+
+Reserved ids come from `tfformer.special_tokens` (pad 0, unk 1, bos 2, eos 3) and are written
+into the SentencePiece model, so the ids training sees are the ids the exported model uses.
+
+Model type: BPE by default, as the paper used byte-pair encoding for its shared English-German
+vocabulary (§5.1). BPE also fills the requested vocabulary size more closely on small corpora,
+where the unigram trainer stops well short of it. "unigram" is available and is what one
+would pick for subword regularization (sampling segmentations).
+
+IMPORTANT (seeding gotcha): call `tf.random.set_seed` / `keras.utils.set_random_seed` BEFORE
+creating a `Tokenizer` (or anything holding one). In eager mode, setting the global seed clears
+TensorFlow's kernel cache, which destroys the tf-text SentencePiece resource; every later call
+then fails with `NotFoundError: Resource localhost/_0_SentencepieceOp/... does not exist`.
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+import os
+from typing import Iterable, Iterator
+
+import sentencepiece as spm
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from tfformer.special_tokens import (
+    BOS_ID,
+    BOS_PIECE,
+    EOS_ID,
+    EOS_PIECE,
+    NUM_RESERVED,
+    PAD_ID,
+    PAD_PIECE,
+    UNK_ID,
+    UNK_PIECE,
+)
+from tfformer.utils.checks import check_at_least
+from tfformer.utils.files import atomic_write
+
+MODEL_TYPES = ("bpe", "unigram")
+MODEL_FILENAME = "tokenizer.model"
+"""Name of the SentencePiece model file inside a run directory."""
+
+
+def _text_lines(sentences: Iterable[str]) -> Iterator[str]:
+    # SentencePiece reads one sentence per line: a newline inside a sentence would silently
+    # split it, so newlines and tabs become spaces; empty sentences carry nothing to learn.
+    for sentence in sentences:
+        if not isinstance(sentence, str):
+            raise TypeError(f"sentences must be str, got {type(sentence).__name__}")
+        line = " ".join(sentence.split())
+        if line:
+            yield line
+
+
+def _word_counts(lines: Iterable[str], max_sentence_length: int
+                 ) -> tuple[int, collections.Counter]:
+    """(number of lines, count of each space-separated word in them)."""
+    # SentencePiece skips a sentence longer than max_sentence_length bytes: so does the count.
+    counts: collections.Counter = collections.Counter()
+    num_lines = 0
+    for num_lines, line in enumerate(lines, 1):
+        if len(line.encode("utf-8")) <= max_sentence_length:
+            counts.update(line.split(" "))
+    return num_lines, counts
+
+
+def _append_column(pieces: tf.RaggedTensor, token_id: int,
+                   first: bool = False) -> tf.RaggedTensor:
+    """Adds `token_id` at the end (or, with `first`, the start) of every row."""
+    column = tf.fill(tf.stack([pieces.nrows(out_type=tf.int32), 1]),
+                     tf.constant(token_id, tf.int32))
+    return tf.concat([column, pieces] if first else [pieces, column], axis=1)
+
+
+class Tokenizer(tf.Module):
+    """A SentencePiece tokenizer usable in graph mode and savable in a SavedModel.
+
+    Construct it from serialized model bytes, `Tokenizer.from_file(path)` or `Tokenizer.train`.
+    Create it only after seeding TensorFlow (see the module docstring).
+
+    Args:
+        model_proto: the serialized SentencePiece `ModelProto` (the bytes of a `.model` file).
+        name: name of the tf.Module.
+
+    Raises:
+        ValueError: if the model is not valid or its reserved ids differ from
+            `tfformer.special_tokens`.
+    """
+
+    def __init__(self, model_proto: bytes, name: str = "tokenizer"):
+        super().__init__(name=name)
+        if not isinstance(model_proto, (bytes, bytearray)) or not model_proto:
+            raise ValueError("model_proto must be the non-empty bytes of a SentencePiece model")
+        processor = spm.SentencePieceProcessor()
+        try:
+            processor.LoadFromSerializedProto(bytes(model_proto))
+        except (RuntimeError, OSError) as error:
+            raise ValueError(f"not a valid SentencePiece model: {error}") from None
+        expected = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}
+        actual = {"pad": processor.pad_id(), "unk": processor.unk_id(),
+                  "bos": processor.bos_id(), "eos": processor.eos_id()}
+        if actual != expected:
+            raise ValueError(
+                f"SentencePiece model has reserved ids {actual}, expected {expected} "
+                "(tfformer.special_tokens); retrain it with Tokenizer.train")
+        self._model_proto = bytes(model_proto)
+        self._processor = processor  # Python side: normalize(), vocab size, piece strings
+        # The tf-text tokenizer holds a TrackableResource: as an attribute of this tf.Module it
+        # is tracked and therefore saved with any SavedModel that references this object.
+        self.sentencepiece = tf_text.SentencepieceTokenizer(
+            model=self._model_proto, out_type=tf.int32, add_bos=False, add_eos=False)
+
+    # -- construction ------------------------------------------------------------------------
+
+    @classmethod
+    def train(cls, sentences: Iterable[str], vocab_size: int, *, model_type: str = "bpe",
+              character_coverage: float = 1.0, seed: int = 0, num_threads: int = 1,
+              byte_fallback: bool = False, max_sentence_length: int = 4192,
+              input_sentence_size: int = 0) -> "Tokenizer":
+        """Trains one shared vocabulary on `sentences` (source and target sides together).
+
+        The requested size is a soft limit (`hard_vocab_limit=False`): a small corpus may not
+        contain enough distinct pieces, and then SentencePiece stops early instead of failing
+        with "Vocabulary size too high". Read the final size from `tokenizer.vocab_size`.
+
+        Args:
+            sentences: the training text, one sentence per item (e.g. every source and target).
+            vocab_size: requested vocabulary size, the 4 reserved ids included.
+            model_type: "bpe" (default, as in the paper) or "unigram".
+            character_coverage: fraction of characters covered by the vocabulary; 1.0 keeps
+                every character seen (right for Latin scripts; ~0.9995 for CJK).
+            seed: seed of SentencePiece's random generator (sentence sampling).
+            num_threads: training threads; 1 (default) makes training deterministic.
+            byte_fallback: split unknown characters into byte pieces instead of <unk>
+                (costs 256 ids).
+            max_sentence_length: longer sentences (in bytes) are skipped by the trainer.
+            input_sentence_size: if > 0, train on a seeded random sample of this many sentences.
+
+        Returns:
+            the trained Tokenizer.
+
+        Raises:
+            ValueError: on invalid arguments, no training text, or a failure of the trainer.
+        """
+        if model_type not in MODEL_TYPES:
+            raise ValueError(f"model_type must be one of {MODEL_TYPES}, got {model_type!r}")
+        if (isinstance(vocab_size, bool) or not isinstance(vocab_size, int)
+                or vocab_size <= NUM_RESERVED):
+            raise ValueError(
+                f"vocab_size must be an integer > {NUM_RESERVED} (the reserved ids), "
+                f"got {vocab_size!r}")
+        if not 0 < character_coverage <= 1:
+            raise ValueError(f"character_coverage must be in (0, 1], got {character_coverage}")
+        check_at_least("num_threads", num_threads)
+        options = dict(
+            vocab_size=vocab_size, model_type=model_type,
+            character_coverage=character_coverage, hard_vocab_limit=False,
+            num_threads=num_threads, byte_fallback=byte_fallback,
+            max_sentence_length=max_sentence_length, pad_id=PAD_ID, unk_id=UNK_ID,
+            bos_id=BOS_ID, eos_id=EOS_ID, pad_piece=PAD_PIECE, unk_piece=UNK_PIECE,
+            bos_piece=BOS_PIECE, eos_piece=EOS_PIECE,
+            minloglevel=2)  # the trainer logs to stderr; the library stays quiet
+        if model_type == "bpe" and not input_sentence_size:
+            # BPE learns from word counts alone (SentencePiece splits each sentence at spaces
+            # and merges within words), so it gets "word<TAB>count" lines: the same model, in
+            # a fraction of the memory and time of a million sentences.
+            num_sentences, counts = _word_counts(_text_lines(sentences), max_sentence_length)
+            lines = [f"{word}\t{count}" for word, count in counts.items()]
+            options.update(input_format="tsv")
+        else:
+            lines = list(_text_lines(sentences))
+            options.update(input_sentence_size=input_sentence_size, shuffle_input_sentence=True)
+            num_sentences = len(lines)
+        if not lines:
+            raise ValueError("cannot train a tokenizer: no non-empty training sentences")
+        spm.set_random_generator_seed(seed)
+        model = io.BytesIO()
+        try:
+            spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=model,
+                                           **options)
+        except RuntimeError as error:
+            # e.g. "Vocabulary size is smaller than required_chars": vocab_size is below the
+            # number of distinct characters (which character_coverage=1.0 must all keep).
+            raise ValueError(
+                f"SentencePiece training failed (vocab_size={vocab_size}, "
+                f"{num_sentences} sentences): {error}") from None
+        return cls(model.getvalue())
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> "Tokenizer":
+        """Loads a `.model` file written by `save` (or by SentencePiece itself).
+
+        Raises:
+            FileNotFoundError: if `path` does not exist.
+            ValueError: if it is not a compatible SentencePiece model.
+        """
+        with open(path, "rb") as f:
+            return cls(f.read())
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes the SentencePiece model to `path` (a run directory uses `tokenizer.model`).
+
+        Written under a temporary name and renamed, so a reader never sees half a file.
+        """
+
+        def write(temporary: str) -> None:
+            with open(temporary, "wb") as f:
+                f.write(self._model_proto)
+
+        atomic_write(os.fspath(path), write)
+
+    # -- properties --------------------------------------------------------------------------
+
+    @property
+    def model_proto(self) -> bytes:
+        """The serialized SentencePiece model."""
+        return self._model_proto
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids, reserved ids included; may be below the size asked of `train`."""
+        return self._processor.get_piece_size()
+
+    def id_to_piece(self, token_id: int) -> str:
+        """The piece string of `token_id` (e.g. "▁perro"), for inspection and logs."""
+        if not 0 <= token_id < self.vocab_size:
+            raise ValueError(f"token id {token_id} is outside [0, {self.vocab_size})")
+        return self._processor.id_to_piece(token_id)
+
+    def normalize(self, text: str) -> str:
+        """SentencePiece's own normalization of `text`, as plain text.
+
+        `detokenize(tokenize(x)) == normalize(x)` for text whose characters are all in the
+        vocabulary (unknown characters come back as " ⁇ " unless byte_fallback was used).
+        """
+        # normalize() marks spaces with U+2581 and adds a leading one (the "dummy prefix").
+        normalized = self._processor.normalize(text).replace("\u2581", " ")
+        return normalized[1:] if normalized.startswith(" ") else normalized
+
+    # -- graph ops ---------------------------------------------------------------------------
+
+    def tokenize(self, strings: tf.Tensor) -> tf.RaggedTensor:
+        """Tokenizes a batch of strings into ids, with no BOS/EOS added.
+
+        Args:
+            strings: tf.string tensor [batch] (any batch size, also unknown in a tf.function).
+
+        Returns:
+            int32 RaggedTensor [batch, (pieces)].
+        """
+        strings = tf.convert_to_tensor(strings, dtype=tf.string)
+        return self.sentencepiece.tokenize(strings)
+
+    def encode_source(self, strings: tf.Tensor) -> tf.RaggedTensor:
+        """Encoder input ids: pieces + [EOS], the same in training and in the exported model.
+
+        Args:
+            strings: tf.string tensor [batch].
+
+        Returns:
+            int32 RaggedTensor [batch, (pieces + 1)].
+        """
+        return _append_column(self.tokenize(strings), EOS_ID)
+
+    def encode_target(self, strings: tf.Tensor) -> tuple[tf.RaggedTensor, tf.RaggedTensor]:
+        """Decoder input and labels for teacher forcing: ([BOS] + pieces, pieces + [EOS]).
+
+        Args:
+            strings: tf.string tensor [batch].
+
+        Returns:
+            (target_in, target_out), int32 RaggedTensors [batch, (pieces + 1)].
+        """
+        pieces = self.tokenize(strings)
+        return _append_column(pieces, BOS_ID, first=True), _append_column(pieces, EOS_ID)
+
+    def detokenize(self, ids: tf.Tensor | tf.RaggedTensor) -> tf.Tensor:
+        """Turns ids back into text, ready for search output.
+
+        Everything from the first EOS of a row on is ignored, and so are PAD and BOS ids, so
+        a dense, padded [batch, length] search result can be passed as it is.
+
+        Args:
+            ids: int RaggedTensor [batch, (len)] or dense int tensor [batch, len]; a dense
+                rank-1 tensor is one sequence.
+
+        Returns:
+            tf.string tensor [batch] (a scalar for a rank-1 input).
+        """
+        if isinstance(ids, tf.RaggedTensor):
+            if ids.ragged_rank != 1:
+                raise ValueError(f"detokenize expects [batch, (len)] ids, got ragged rank "
+                                 f"{ids.ragged_rank}")
+            # PAD is dropped below, so padding the ragged rows with it changes nothing.
+            dense = tf.cast(ids, tf.int32).to_tensor(default_value=PAD_ID)
+            single = False
+        else:
+            dense = tf.cast(tf.convert_to_tensor(ids), tf.int32)
+            single = dense.shape.rank == 1
+            if single:
+                dense = dense[tf.newaxis, :]
+            elif dense.shape.rank != 2:
+                raise ValueError(f"detokenize expects ids of rank 1 or 2, got shape {dense.shape}")
+        # A position is kept if no EOS occurred at or before it and it is not PAD or BOS.
+        before_eos = tf.equal(tf.cumsum(tf.cast(tf.equal(dense, EOS_ID), tf.int32), axis=1), 0)
+        keep = before_eos & tf.not_equal(dense, PAD_ID) & tf.not_equal(dense, BOS_ID)
+        text = self.sentencepiece.detokenize(tf.ragged.boolean_mask(dense, keep))
+        return text[0] if single else text

@@ -1,0 +1,172 @@
+"""The Translator as a string-in/string-out SavedModel for TF Serving, and its checks.
+
+The signatures and tensor names are those of `tfformer.contract`. One trace serves
+every batch size and sentence length. Everything in it is a core TensorFlow op or a
+tensorflow-text 2.20 op, which is what a stock TensorFlow Serving binary links; `check_ops`
+proves it against the list in `serving_ops.txt` (made by tools/make_op_allowlist.py from
+tensorflow 2.20.0 + tensorflow-text 2.20.0).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from importlib import resources
+from typing import Iterable, Sequence
+
+import tensorflow as tf
+
+from tfformer.contract import (
+    BEST_SIGNATURE_NAMES,
+    DEFAULT_SIGNATURE,
+    INPUT_NAME,
+    NBEST_K_NAME,
+    NBEST_SIGNATURE,
+    OUTPUT_SCORES,
+    OUTPUT_TRANSLATIONS,
+    read_saved_model,
+)
+from tfformer.decode.translator import Translator
+
+
+class ExportError(RuntimeError):
+    """The export is not fit for stock TF Serving, or it does not reproduce the Translator."""
+
+
+def saved_model_ops(export_dir: str | os.PathLike) -> set[str]:
+    """Every op type in the SavedModel's graph, functions (and nested functions) included."""
+    saved_model = read_saved_model(export_dir)
+    ops = set()
+    for meta_graph in saved_model.meta_graphs:
+        ops.update(node.op for node in meta_graph.graph_def.node)
+        for function in meta_graph.graph_def.library.function:
+            ops.update(node.op for node in function.node_def)
+    # Calls to library functions appear as ops named after the function: not kernels.
+    functions = {f.signature.name for mg in saved_model.meta_graphs
+                 for f in mg.graph_def.library.function}
+    return ops - functions
+
+
+def serving_op_allowlist() -> set[str]:
+    """Ops of stock TF Serving: core TF 2.20 (no XLA ops) plus tensorflow-text 2.20's ops."""
+    text = resources.files("tfformer.export").joinpath("serving_ops.txt").read_text()
+    return {line.strip() for line in text.splitlines() if line.strip() and line[0] != "#"}
+
+
+def check_ops(export_dir: str | os.PathLike) -> set[str]:
+    """Raises ExportError naming every op that stock TF Serving lacks; returns the ops used."""
+    ops = saved_model_ops(export_dir)
+    missing = sorted(ops - serving_op_allowlist())
+    if missing:
+        raise ExportError(
+            f"{export_dir} uses op(s) that stock TensorFlow Serving (core TF + tensorflow-text "
+            f"2.20) does not have: {', '.join(missing)}. XlaDynamicUpdateSlice comes from "
+            f"keras.ops.slice_update; grow tensors with tf.concat instead.")
+    return ops
+
+
+# Runs in a fresh interpreter that imports only tensorflow and tensorflow_text: proves the
+# export needs no tfformer, no Keras objects and no Python from this process.
+_FRESH_PROCESS_SCRIPT = f"""
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  registers the SentencePiece ops
+export_dir, k, sentences = sys.argv[1], int(sys.argv[2]), json.loads(sys.stdin.read())
+loaded = tf.saved_model.load(export_dir)
+inputs = tf.constant(sentences, tf.string)
+out = loaded.signatures["{DEFAULT_SIGNATURE}"]({INPUT_NAME}=inputs)
+nbest = loaded.signatures["{NBEST_SIGNATURE}"](
+    {INPUT_NAME}=inputs, {NBEST_K_NAME}=tf.constant(k, tf.int32))
+print(json.dumps({{
+    "translations": [t.decode("utf-8") for t in out["{OUTPUT_TRANSLATIONS}"].numpy()],
+    "scores": [float(s) for s in out["{OUTPUT_SCORES}"].numpy()],
+    "nbest_translations": [[t.decode("utf-8") for t in row]
+                           for row in nbest["{OUTPUT_TRANSLATIONS}"].numpy()],
+    "nbest_scores": nbest["{OUTPUT_SCORES}"].numpy().tolist(),
+    "modules": sorted(m.split(".")[0] for m in sys.modules
+                      if m.split(".")[0] in ("tfformer", "keras_hub"))}}))
+"""
+
+
+def translate_in_fresh_process(export_dir: str | os.PathLike, sentences: Iterable[str],
+                               python: str = sys.executable, timeout: float = 600, *,
+                               k: int = 1) -> dict[str, list]:
+    """Loads the export in a new `python` process (tensorflow + tensorflow_text only) and calls
+    its `serving_default` and its `translate_nbest` with `k`.
+
+    Returns:
+        {"translations": [...], "scores": [...], "nbest_translations": [[k texts], ...],
+        "nbest_scores": [[k scores], ...], "modules": tfformer modules seen (none)}.
+    """
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    export_dir = os.path.abspath(export_dir)
+    result = subprocess.run(
+        [python, "-c", _FRESH_PROCESS_SCRIPT, export_dir, str(k)],
+        input=json.dumps(list(sentences)), capture_output=True, text=True, timeout=timeout,
+        # Not the caller's cwd: `python -c` puts it on sys.path, and the check must not find
+        # tfformer there.
+        env=env, cwd=os.path.dirname(export_dir))
+    if result.returncode != 0:
+        raise ExportError(f"loading {export_dir} in a fresh process failed:\n"
+                          f"{result.stderr[-4000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def export_saved_model(translator: Translator, model_base_path: str | os.PathLike, name: str,
+                       version: int, *, check_sentences: Sequence[str] = ()) -> str:
+    """Writes `model_base_path/name/version/` (the layout TF Serving watches) and checks it.
+
+    Signatures: `serving_default` and `translate` (the best hypothesis), `translate_nbest` (the
+    k best; see `tfformer.contract`). Checks: every op is one stock TF Serving has (`check_ops`),
+    and, for `check_sentences`, a fresh process that imports only tensorflow and tensorflow_text
+    translates exactly as the in-memory `translator` does, its whole n-best list included. A
+    failed check removes nothing but raises ExportError, and the version directory is only
+    renamed into place once it passed, so TF Serving never loads it.
+
+    Returns:
+        the version directory.
+    """
+    if not isinstance(version, int) or version < 1:
+        raise ValueError(f"version must be a positive integer, got {version!r}")
+    if not name or os.sep in name:
+        raise ValueError(f"name must be a plain directory name, got {name!r}")
+    final_dir = os.path.join(model_base_path, name, str(version))
+    if os.path.exists(final_dir):
+        raise FileExistsError(f"{final_dir} exists: versions are immutable, pick a new one")
+    # TF Serving polls for integer directory names: write under a name it ignores.
+    staging_dir = os.path.join(model_base_path, name, f".tmp-{version}-{os.getpid()}")
+    best = translator.translate.get_concrete_function()
+    signatures = {key: best for key in BEST_SIGNATURE_NAMES}
+    signatures[NBEST_SIGNATURE] = translator.translate_nbest.get_concrete_function()
+    # TF logs every captured input it renames (one line of hundreds of names) through absl.
+    absl_logger = logging.getLogger("absl")
+    level = absl_logger.level
+    absl_logger.setLevel(max(level, logging.ERROR))
+    try:
+        tf.saved_model.save(translator, staging_dir, signatures=signatures)
+    finally:
+        absl_logger.setLevel(level)
+    check_ops(staging_dir)
+    if check_sentences:
+        expected = translator.translate_texts(check_sentences)
+        got = translate_in_fresh_process(staging_dir, check_sentences, k=translator.beam_size)
+        _check_same(check_sentences, [text for text, _ in expected], got["translations"])
+        nbest = translator.translate_nbest(tf.constant(list(check_sentences), tf.string),
+                                           tf.constant(translator.beam_size))
+        _check_same(check_sentences, [[t.decode("utf-8") for t in row] for row in
+                                      nbest[OUTPUT_TRANSLATIONS].numpy()],
+                    got["nbest_translations"], f" ({NBEST_SIGNATURE})")
+    os.rename(staging_dir, final_dir)
+    return final_dir
+
+
+def _check_same(sentences: Sequence[str], expected: list, got: list, what: str = "") -> None:
+    if got != expected:
+        raise ExportError(
+            f"the reloaded export translates differently from the in-memory Translator{what}:\n"
+            + "\n".join(f"  {s!r}: {a!r} != {b!r}" for s, a, b in zip(sentences, expected, got)
+                         if a != b))

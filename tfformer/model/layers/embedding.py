@@ -1,0 +1,147 @@
+"""Token embeddings tied to the pre-softmax projection (§3.4) and positional encodings (§3.5)."""
+
+from __future__ import annotations
+
+import math
+
+import keras
+import numpy as np
+from keras import ops
+
+from tfformer.model.layers import kernels
+
+
+def sinusoidal_table(positions, d_model: int, dtype="float32"):
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...) (§3.5).
+
+    Args:
+        positions: int tensor [T] of absolute positions.
+        d_model: encoding width (even or odd).
+
+    Returns:
+        [T, d_model] with sines in even columns and cosines in odd columns.
+    """
+    i = np.arange(d_model)
+    # Column c uses frequency index 2 * (c // 2): even columns sin, odd columns cos, as in §3.5.
+    # The NumPy constants become tensors first: a torch tensor on a GPU does not mix with NumPy.
+    inverse_freq = ops.convert_to_tensor(
+        (1.0 / np.power(10000.0, (2 * (i // 2)) / d_model)).astype("float32")[np.newaxis, :])
+    angles = ops.expand_dims(ops.cast(positions, "float32"), 1) * inverse_freq
+    table = ops.where(ops.convert_to_tensor(i % 2 == 0), ops.sin(angles), ops.cos(angles))
+    return ops.cast(table, dtype)
+
+
+@keras.saving.register_keras_serializable(package="tfformer")
+class SinusoidalPositionalEncoding(keras.layers.Layer):
+    """Adds the fixed sinusoidal encoding of §3.5; no weights, any length.
+
+    Call arguments:
+        inputs: [batch, T, d_model] embeddings.
+        start: position of the first token (non-zero when decoding with a cache).
+        positions: or each token's own position, int [batch, T] (rows packed with several
+            pairs: `tfformer.model.layers.segment_positions`).
+
+    Returns:
+        inputs + PE[start : start + T], or inputs + PE[positions].
+    """
+
+    def call(self, inputs, start=0, positions=None):
+        if positions is not None:
+            table = sinusoidal_table(ops.reshape(positions, (-1,)), inputs.shape[-1],
+                                     inputs.dtype)
+            return inputs + ops.reshape(table, ops.shape(inputs))
+        positions = ops.arange(ops.shape(inputs)[1], dtype="int32") + ops.cast(start, "int32")
+        table = sinusoidal_table(positions, inputs.shape[-1], inputs.dtype)
+        return inputs + ops.expand_dims(table, 0)
+
+
+@keras.saving.register_keras_serializable(package="tfformer")
+class LearnedPositionalEmbedding(keras.layers.Layer):
+    """Adds a learned [max_length, d_model] position embedding (Table 3, row E).
+
+    Args:
+        max_length: number of positions; longer inputs are an error.
+
+    Call arguments:
+        inputs: [batch, T, d_model] embeddings.
+        start: position of the first token (non-zero when decoding with a cache).
+        positions: or each token's own position, int [batch, T] (< max_length).
+
+    Returns:
+        inputs + P[start : start + T], or inputs + P[positions].
+    """
+
+    def __init__(self, max_length: int, **kwargs):
+        super().__init__(**kwargs)
+        self.max_length = max_length
+
+    def build(self, inputs_shape):
+        self.position_embeddings = self.add_weight(
+            name="position_embeddings", shape=(self.max_length, int(inputs_shape[-1])),
+            initializer=keras.initializers.RandomNormal(stddev=0.02))
+        super().build(inputs_shape)
+
+    def call(self, inputs, start=0, positions=None):
+        if positions is not None:
+            kernels.check_at_most(ops.max(positions) + 1, self.max_length,
+                                  "sequence is longer than the learned positions")
+            table = kernels.gather_rows(self.position_embeddings, positions, inputs.dtype)
+            return inputs + table
+        length = ops.shape(inputs)[1]
+        if isinstance(start, int) and isinstance(length, int) and start + length > self.max_length:
+            raise ValueError(f"sequence of {start + length} positions is longer than the "
+                             f"{self.max_length} learned positions")
+        start = ops.cast(start, "int32")
+        kernels.check_at_most(start + length, self.max_length,
+                              "sequence is longer than the learned positions")
+        # The variable's value, not the variable: JAX's dynamic_slice takes no keras.Variable.
+        table = ops.slice(ops.convert_to_tensor(self.position_embeddings), (start, 0),
+                          (length, inputs.shape[-1]))
+        return inputs + ops.expand_dims(ops.cast(table, inputs.dtype), 0)
+
+    def get_config(self):
+        return {**super().get_config(), "max_length": self.max_length}
+
+
+@keras.saving.register_keras_serializable(package="tfformer")
+class SharedEmbedding(keras.layers.Layer):
+    """Token embedding scaled by sqrt(d_model); its transpose is the pre-softmax projection (§3.4).
+
+    Args:
+        vocab_size: number of token ids.
+        d_model: embedding width.
+
+    Call arguments:
+        ids: int tensor [batch, T].
+
+    Returns:
+        [batch, T, d_model] = E[ids] * sqrt(d_model). `logits(x)` returns x E^T, [batch, T, vocab].
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, **kwargs):
+        super().__init__(**kwargs)
+        self.vocab_size = vocab_size
+        self.d_model = d_model
+
+    def build(self, ids_shape=None):
+        # stddev d_model^-0.5 makes the scaled embeddings unit-variance, like the positions.
+        self.embeddings = self.add_weight(
+            name="embeddings", shape=(self.vocab_size, self.d_model),
+            initializer=keras.initializers.RandomNormal(stddev=self.d_model ** -0.5))
+        super().build(ids_shape)
+
+    def call(self, ids):
+        vectors = kernels.gather_rows(self.embeddings, ids, self.compute_dtype)
+        return vectors * ops.cast(math.sqrt(self.d_model), vectors.dtype)
+
+    def logits(self, x):
+        """Pre-softmax linear transformation sharing the embedding matrix."""
+        flat = ops.reshape(x, (-1, self.d_model))
+        logits = kernels.matmul_transposed(flat, self.embeddings)
+        return ops.reshape(logits, tuple(ops.shape(x)[:-1]) + (self.vocab_size,))
+
+    def compute_output_shape(self, ids_shape):
+        return tuple(ids_shape) + (self.d_model,)
+
+    def get_config(self):
+        return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model}

@@ -1,0 +1,187 @@
+"""The few computations whose fastest form differs by Keras backend, behind one named check.
+
+Every layer is written in `keras.ops` and runs on any backend. Where TensorFlow needs its own op
+for speed (oneDNN's fused MatMul + BiasAdd, BatchMatMulV3 in a one-token decoding step) the
+TensorFlow form is used when `ON_TENSORFLOW`; elsewhere (JAX, PyTorch) attention goes through
+`keras.ops.dot_product_attention`, which dispatches to cuDNN flash attention on a GPU.
+
+The layout of attention heads follows the same check (`SEQUENCE_AXIS`):
+- TensorFlow: [batch, h, T, d_k]. Batched matmuls run over [batch, h], and the decoder's cache
+  is kept in that layout, so a decoding step transposes only its new position.
+- other backends: [batch, T, h, d_k], the layout `keras.ops.dot_product_attention` takes; the
+  heads are a reshape of the projection, with no transpose at all.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import keras
+from keras import ops
+
+from tfformer.utils.backends import on_tensorflow
+
+# Which backend's fast forms to use, fixed for the process (Keras' backend is).
+ON_TENSORFLOW = on_tensorflow()
+
+if ON_TENSORFLOW:
+    import tensorflow as tf
+
+# Axis of the key/value positions in the heads layout (and so in the decoder's cache).
+SEQUENCE_AXIS = 2 if ON_TENSORFLOW else 1
+
+
+def masked_fill_value(dtype) -> float:
+    """Score given to masked keys: large but finite, so that exp() of it underflows to exactly 0
+    weight, fp16 and bf16 do not overflow, and a fully masked row is uniform rather than NaN."""
+    return -3e4 if keras.backend.standardize_dtype(dtype) in ("float16", "bfloat16") else -1e9
+
+
+def affine(rows, kernel, bias=None):
+    """rows [n, in] @ kernel [in, out] (+ bias [out]), in the rows' dtype (mixed precision).
+
+    Kept 2-D on purpose: TensorFlow's oneDNN fuses MatMul + BiasAdd (+ Relu) into one kernel,
+    which it cannot do for the Tensordot that a 3-D input produces; in a one-token decoding step
+    the fused kernel is ~2.5x cheaper per call.
+    """
+    if ON_TENSORFLOW:
+        output = tf.matmul(rows, tf.cast(kernel, rows.dtype))
+        return output if bias is None else tf.nn.bias_add(output, tf.cast(bias, rows.dtype))
+    output = ops.matmul(rows, ops.cast(kernel, rows.dtype))
+    return output if bias is None else output + ops.cast(bias, rows.dtype)
+
+
+def gather_rows(table, ids, dtype=None):
+    """table[ids] (an embedding lookup, or the cache rows a beam search keeps), in `dtype`."""
+    if dtype is not None:
+        table = ops.cast(table, dtype)
+    if ON_TENSORFLOW:  # keras.ops.take adds a negative-index fix-up per call
+        return tf.gather(table, ids)
+    return ops.take(table, ids, axis=0)
+
+
+def take_last_axis(values, indices):
+    """values[..., indices] per position: [batch, T, V] at int [batch, T] -> [batch, T]."""
+    if ON_TENSORFLOW:
+        return tf.gather(values, indices, batch_dims=len(indices.shape))
+    return ops.squeeze(ops.take_along_axis(values, ops.expand_dims(indices, -1), axis=-1), -1)
+
+
+def argmax_last(values):
+    """int32 index of the largest value on the last axis (the predicted token)."""
+    if ON_TENSORFLOW:  # keras.ops.argmax adds 4 passes over [batch, T, V] (a -0.0 fix-up)
+        return tf.argmax(values, axis=-1, output_type=tf.int32)
+    return ops.cast(ops.argmax(values, axis=-1), "int32")
+
+
+def sum_over_replicas(value):
+    """(value summed over the tf.distribute replicas in sync, their number): what a per-replica
+    step needs for a global mean. Other backends compute on the global batch: (value, 1)."""
+    if ON_TENSORFLOW:
+        context = tf.distribute.get_replica_context()
+        if context is not None and context.num_replicas_in_sync > 1:
+            return (context.all_reduce(tf.distribute.ReduceOp.SUM, value),
+                    context.num_replicas_in_sync)
+    return value, 1
+
+
+def check_at_most(value, limit: int, message: str) -> None:
+    """Asserts value <= limit when the graph runs (TensorFlow, where lengths can be dynamic);
+    other backends have static shapes, which the caller checks in Python."""
+    if ON_TENSORFLOW:
+        tf.debugging.assert_less_equal(value, limit, message=message)
+
+
+def _one_query_row(x) -> bool:
+    """Whether x [..., T_q, n] statically has one query row: a cached decoding step."""
+    return len(x.shape) >= 2 and x.shape[-2] == 1
+
+
+# bfloat16, one query row: from this many elements of `b` (the keys or values of a step) on,
+# oneDNN's BatchMatMulV2 beats Eigen's V3, whose bf16 cost grows ~2.5x faster per element.
+# Measured on AVX512_BF16 (2 threads): V3 wins up to 164K elements (32 rows x 4 heads x 40
+# positions x 32), V2 from 327K (16 x 8 x 40 x 64) and by 2-2.6x at 128 x 8 x 40 x 64.
+BF16_ONEDNN_FROM = 1 << 18
+
+
+def batch_matmul(a, b, transpose_b: bool = False):
+    """[..., m, k] x [..., k, n] (or [..., n, k] with transpose_b).
+
+    TensorFlow: as BatchMatMulV3 when m is 1 (a decoding step). TF's oneDNN graph rewrite turns
+    BatchMatMulV2 (what tf.matmul emits) into a kernel with a fixed cost of ~25-50 us per call,
+    which dominates a one-token step; it leaves BatchMatMulV3 to Eigen, ~6x faster there (but
+    slower on the square blocks of training). Both are core TF ops, which stock TF Serving
+    has. The CPU has no float16 V3 kernel. In bfloat16 Eigen's V3 is slow per element, so a
+    step over large keys/values (a batch of sentences, a beam) takes oneDNN's V2 instead:
+    chosen as the graph runs (`BF16_ONEDNN_FROM`), since the batch size is known only then.
+    """
+    if ON_TENSORFLOW:
+        def onednn():
+            return tf.matmul(a, b, transpose_b=transpose_b)
+
+        def eigen():
+            return tf.raw_ops.BatchMatMulV3(x=a, y=b, Tout=a.dtype, adj_x=False,
+                                            adj_y=transpose_b)
+
+        if not _one_query_row(a) or a.dtype == tf.float16:
+            return onednn()
+        if a.dtype == tf.bfloat16:
+            return tf.cond(tf.size(b) >= BF16_ONEDNN_FROM, onednn, eigen)
+        return eigen()
+    return ops.matmul(a, ops.swapaxes(b, -1, -2) if transpose_b else b)
+
+
+def softmax(scores):
+    """Softmax over the last axis.
+
+    TensorFlow: written out when there is one query row (a decoding step): oneDNN's Softmax
+    kernel costs ~35-50 us per call on such a row, the five element-wise ops ~10 us. Elsewhere
+    the fused op is faster and has a fused gradient.
+    """
+    if ON_TENSORFLOW and _one_query_row(scores):
+        exponentials = tf.exp(scores - tf.reduce_max(scores, axis=-1, keepdims=True))
+        return exponentials / tf.reduce_sum(exponentials, axis=-1, keepdims=True)
+    return ops.softmax(scores, axis=-1)
+
+
+def matmul_transposed(rows, table):
+    """rows [n, d] @ table [m, d]^T: the pre-softmax projection with the embedding matrix."""
+    if ON_TENSORFLOW:  # MatMul(transpose_b) reads the table as it is: no Transpose op per call
+        return tf.matmul(rows, tf.cast(table, rows.dtype), transpose_b=True)
+    return ops.matmul(rows, ops.transpose(ops.cast(table, rows.dtype)))
+
+
+def fused_attention(query, key, value, attention_mask=None):
+    """softmax(Q K^T / sqrt(d_k)) V in one call, on backends whose `dot_product_attention`
+    can fuse it (cuDNN flash attention on a GPU under JAX and PyTorch); None on TensorFlow, whose
+    explicit form above is its fast one. Inputs in the heads layout [batch, T, h, d_k];
+    `attention_mask` boolean, broadcastable to [batch, h, T_q, T_k]."""
+    if ON_TENSORFLOW or _float16_on_jax_cpu(query.dtype):
+        return None
+    if attention_mask is not None and _on_jax_gpu():
+        # cuDNN takes a mask only as a full [batch, 1, T_q, T_k] bias: given a broadcastable one
+        # (a padding mask [batch, 1, 1, T_k]), Keras logs the failure and falls back to XLA's
+        # attention. Spelled out, every attention layer runs cuDNN's flash kernel.
+        attention_mask = ops.broadcast_to(attention_mask, (
+            ops.shape(query)[0], 1, ops.shape(query)[1], ops.shape(key)[1]))
+    return ops.dot_product_attention(query, key, value, mask=attention_mask,
+                                     scale=1.0 / query.shape[-1] ** 0.5)
+
+
+@functools.cache
+def _on_jax_gpu() -> bool:
+    if keras.backend.backend() != "jax":
+        return False
+    import jax
+
+    return jax.default_backend() == "gpu"
+
+
+def _float16_on_jax_cpu(dtype) -> bool:
+    # jax.nn.dot_product_attention multiplies float16 into float32, which XLA's CPU dot lacks
+    # ("The precision 'F16_F16_F32' is not supported by dot_general on CPU").
+    if keras.backend.standardize_dtype(dtype) != "float16" or keras.backend.backend() != "jax":
+        return False
+    import jax
+
+    return jax.default_backend() == "cpu"

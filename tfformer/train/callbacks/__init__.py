@@ -1,0 +1,17 @@
+"""Every Keras callback of a training run, a module each:
+
+* `run_state.RunState`: crash-safe backups every N updates and after each epoch, and resume;
+* `keep_last_checkpoints.KeepLastCheckpoints`: the epoch checkpoints, the last K kept (§6.1);
+* `dev_bleu.DevBleu`: dev BLEU after each epoch;
+* `stops.StopAtStep`, `stops.StopAtTime`: an exact update budget, a deadline;
+* `data_logs.LogDataCounters`, `data_logs.LogBatchShapes`: what the data did each epoch.
+"""
+
+from tfformer.train.callbacks.data_logs import LogBatchShapes, LogDataCounters
+from tfformer.train.callbacks.dev_bleu import DevBleu
+from tfformer.train.callbacks.keep_last_checkpoints import KeepLastCheckpoints
+from tfformer.train.callbacks.run_state import RunState
+from tfformer.train.callbacks.stops import StopAtStep, StopAtTime
+
+__all__ = ["DevBleu", "KeepLastCheckpoints", "LogBatchShapes", "LogDataCounters", "RunState",
+           "StopAtStep", "StopAtTime"]

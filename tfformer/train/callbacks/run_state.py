@@ -1,0 +1,184 @@
+"""RunState: the callback that backs up a run every N updates and after each epoch, and
+restores it (the protocol is `tfformer.train.state`'s)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from tfformer.train.checkpoints import backup_name, list_backups
+from tfformer.train.state import (
+    STATE_FILENAME,
+    history_csv,
+    logged_tensorboard_steps,
+    optimizer_step,
+)
+from tfformer.utils.checks import check_at_least
+from tfformer.utils.files import atomic_write, atomic_write_text, remove_temporaries
+from tfformer.utils.run_dir import RunDir
+
+logger = logging.getLogger(__name__)
+
+
+class RunState(keras.callbacks.Callback):
+    """Backs up weights and optimizer state every `backup_every` updates and after each epoch,
+    with the history of finished epochs; `restore` continues from the last backup.
+
+    Put it last among the callbacks: its epoch-end row takes the logs that the others (dev BLEU)
+    added. The epoch number it records is Keras' `epoch + 1`: `fit` must be given the true
+    `initial_epoch` on resume (see `tfformer.train.fit.fit_resumable`).
+
+    Args:
+        run_dir: the run directory; backups go to `run_dir/backup/`, the history to
+            `run_dir/metrics.csv` and TensorBoard scalars to `run_dir/logs/{train,validation}`.
+        backup_every: optimizer updates between mid-epoch backups.
+        keep_initial_weights: also write the weights before the first update to
+            `run_dir/initial.weights.h5` (once per run).
+    """
+
+    def __init__(self, run_dir: str, backup_every: int, keep_initial_weights: bool = False):
+        super().__init__()
+        check_at_least("backup_every", backup_every)
+        self.run = RunDir(run_dir)
+        self.backup_dir = self.run.backup
+        self.logs_dir = self.run.logs
+        self.backup_every = backup_every
+        self.keep_initial_weights = keep_initial_weights
+        for directory in (run_dir, self.backup_dir):
+            for name in remove_temporaries(directory):
+                logger.info("removed %s, left by a write that was killed", name)
+        self.state = self._read_state()
+        self._last_backup_step: int | None = None
+        self._writers: dict[str, Any] = {}
+        self._logged: dict[str, set[tuple[str, int]]] | None = None  # read once, then kept
+
+    # -- the committed state --------------------------------------------------------------------
+
+    @property
+    def step(self) -> int:
+        """The optimizer step of the last backup (0 before the first)."""
+        return self.state["step"]
+
+    @property
+    def history(self) -> list[dict]:
+        """One row per finished epoch: epoch, step, then the epoch's logs."""
+        return self.state["history"]
+
+    def _read_state(self) -> dict:
+        path = os.path.join(self.backup_dir, STATE_FILENAME)
+        if not os.path.exists(path):
+            # A weights file whose state.json a kill prevented is uncommitted: not a backup.
+            for orphan in list_backups(self.backup_dir):
+                os.remove(orphan)
+            if os.path.isdir(self.backup_dir) and os.listdir(self.backup_dir):
+                # e.g. Keras BackupAndRestore's files, written by tfformer before RunState:
+                # starting over would rewrite metrics.csv from an empty history.
+                raise ValueError(
+                    f"{self.backup_dir} holds a backup without {STATE_FILENAME} (written by an "
+                    "earlier tfformer?) that this version cannot resume; finish the run with "
+                    "that version, or move backup/ and metrics.csv away to start from step 0")
+            return {"step": 0, "weights": None, "history": []}
+        with open(path, encoding="utf-8") as f:
+            state = json.load(f)
+        weights = os.path.join(self.backup_dir, state["weights"])
+        if not os.path.exists(weights):
+            raise FileNotFoundError(f"{path} names {weights}, which is missing")
+        return state
+
+    def restore(self, model: keras.Model) -> int:
+        """Loads the last backup's weights and optimizer state into `model` (compiled, under
+        its strategy's scope); returns the optimizer step it holds."""
+        if self.state["weights"] is None:
+            return 0
+        if not model.optimizer.built:
+            model.optimizer.build(model.trainable_variables)
+        model.load_weights(os.path.join(self.backup_dir, self.state["weights"]))
+        step = optimizer_step(model)
+        if step != self.step:
+            raise ValueError(f"backup {self.state['weights']} holds step {step}, but "
+                             f"{STATE_FILENAME} says {self.step}")
+        logger.info("restored the backup of step %d (%d finished epochs)", step,
+                    len(self.history))
+        return step
+
+    def _commit(self, step: int, history: list[dict]) -> None:
+        name = backup_name(step)
+        atomic_write(os.path.join(self.backup_dir, name), self.model.save_weights)
+        state = {"step": step, "weights": name, "history": history}
+        atomic_write_text(os.path.join(self.backup_dir, STATE_FILENAME),
+                          json.dumps(state, indent=1))
+        self.state = state
+        self._last_backup_step = step
+        for path in list_backups(self.backup_dir):
+            if os.path.basename(path) != name:
+                os.remove(path)
+
+    # -- views of the history -------------------------------------------------------------------
+
+    def publish(self) -> None:
+        """Rewrites metrics.csv from the committed history and adds to TensorBoard the rows it
+        lacks (a kill can fall between the commit and these writes)."""
+        atomic_write_text(self.run.metrics, history_csv(self.history))
+        if self._logged is None:
+            self._logged = {split: logged_tensorboard_steps(os.path.join(self.logs_dir, split))
+                            for split in ("train", "validation")}
+        for row in self.history:
+            for split, tag, value in self._scalars(row):
+                if (tag, row["step"]) not in self._logged[split]:
+                    with self._writer(split).as_default():
+                        tf.summary.scalar(tag, value, step=row["step"])
+                    self._logged[split].add((tag, row["step"]))
+        for writer in self._writers.values():
+            writer.flush()
+
+    @staticmethod
+    def _scalars(row: dict):
+        for key, value in row.items():
+            if key in ("epoch", "step"):
+                continue
+            if key.startswith("val_"):
+                yield "validation", "epoch_" + key[len("val_"):], value
+            else:
+                yield "train", "epoch_" + key, value
+
+    def _writer(self, split: str):
+        if split not in self._writers:
+            self._writers[split] = tf.summary.create_file_writer(
+                os.path.join(self.logs_dir, split))
+        return self._writers[split]
+
+    # -- callback hooks -------------------------------------------------------------------------
+
+    def on_train_begin(self, logs=None):
+        step = optimizer_step(self.model)
+        self._last_backup_step = step
+        if self.keep_initial_weights and step == 0 and self.state["weights"] is None:
+            atomic_write(self.run.initial_weights, self.model.save_weights)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch + 1 == self.params.get("steps"):
+            return  # the epoch's end backs up this step, with its history row
+        step = optimizer_step(self.model)
+        if step != self._last_backup_step and step % self.backup_every == 0:
+            self._commit(step, self.history)
+
+    def on_epoch_end(self, epoch, logs=None):
+        row = {"epoch": epoch + 1, "step": optimizer_step(self.model)}
+        row.update({key: float(keras.ops.convert_to_numpy(value))
+                    for key, value in (logs or {}).items()})
+        if not math.isfinite(row.get("loss", 0.0)):
+            logger.error("epoch %d: loss %s; not backed up", row["epoch"], row["loss"])
+            return
+        self._commit(row["step"], [r for r in self.history if r["epoch"] < row["epoch"]] + [row])
+        self.publish()
+
+    def on_train_end(self, logs=None):
+        for writer in self._writers.values():
+            writer.close()
+        self._writers = {}

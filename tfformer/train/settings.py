@@ -1,0 +1,255 @@
+"""How a run trains, with every default written once: `TrainSettings`, the recipes that hold
+them (`Recipe`), the config a run starts from (`load_config`), its warmup (`warmup_steps`), its
+budget of updates, epochs and wall time (`Budget`) and the error of a run that ends short of it
+(`TrainingStopped`).
+
+Imports no TensorFlow or Keras: the console scripts build their flags from these dataclasses
+before anything heavy loads (`tfformer-train --help` stays quick).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from typing import Callable
+
+from tfformer.config import PRESETS, TransformerConfig, get_preset
+from tfformer.model.precision import CHOICES as PRECISIONS
+from tfformer.utils.backends import BACKENDS
+from tfformer.utils.checks import check_at_least, check_fraction
+
+DEFAULT_STEPS = 400
+DEFAULT_STEPS_PER_EPOCH = 100  # updates, with `steps`
+DEFAULT_VOCAB_SAMPLE = 1_000_000  # sentences: the vocabulary's time and memory stay bounded
+
+# Warmup (§5.3) of a preset's training when the run does not set one: tiny's runs are short.
+PRESET_WARMUP_STEPS = {"tiny": 400}
+PAPER_WARMUP_STEPS = 4000
+
+
+class TrainingStopped(RuntimeError):
+    """Training ended before its budget of updates (a NaN loss stopped it)."""
+
+
+@dataclasses.dataclass
+class TrainSettings:
+    """How a run trains (the architecture is the `TransformerConfig`).
+
+    Args:
+        data: "builtin[:N]", "tsv:TRAIN[,DEV]" or "tfds:NAME" (see `tfformer.data.sources`).
+        skip_bad_lines: skip and count malformed data lines instead of failing.
+        vocab_sample: sentences (both sides) of the random sample the vocabulary learns from.
+        shuffle_buffer: pairs in the training stream's shuffle buffer (files are shuffled too).
+        steps: optimizer updates in all (default 400 unless `epochs` is given).
+        epochs: passes over the training data, instead of `steps` (counted once per run, see
+            `tfformer.train.inputs.batches_per_pass`).
+        steps_per_epoch: batches per epoch: checkpoint, history row and dev BLEU after each
+            (default 100 updates with `steps`, one data pass with `epochs`); a multiple of
+            `grad_accum`.
+        batch_tokens: token budget per global batch (§5.1).
+        bucket_growth: ratio between consecutive lengths of the batches' bucket grid
+            (`tfformer.data.buckets`): smaller pads less, larger has fewer batch shapes, each one
+            more program for XLA to compile (default 1.1, or 1.25 where steps are compiled:
+            `jit`, or JAX).
+        pack_length: 0 batches pairs by length on the bucket grid; N packs several pairs
+            into rows of N tokens instead (`tfformer.data.packing`): one batch shape, so XLA
+            compiles the train step once, and less padding; pairs longer than N are dropped
+            (and counted). At most the config's max_length.
+        label_smoothing: epsilon_ls of the loss (§5.4).
+        warmup_steps: updates of learning-rate warmup (§5.3; default 4000 as in the paper, or
+            the preset's own: tiny 400).
+        lr_scale: factor on the learning rate of §5.3, eq. 3 (1.0 in the paper).
+        max_minutes: stop after this much wall time, epoch-end work (validation, dev BLEU,
+            checkpoints) and start-up included, even before `steps`; the run then ends normally,
+            with model.keras (one process only: workers would stop at different batches).
+        vocab_size: subword vocabulary size (default: the config's; a soft limit).
+        mixed_precision: None (float32), "bf16", "fp16" (with loss scaling), or "auto": bf16
+            where it pays (a GPU or TPU, a CPU with AVX512_BF16 or AMX), else float32
+            (`tfformer.model.precision`).
+        jit: compile train steps with XLA.
+        grad_accum: batches per optimizer update.
+        devices: split the CPU into this many devices (before the backend starts).
+        backend: the Keras backend, "tensorflow" or "jax" (None: KERAS_BACKEND's, else
+            TensorFlow); chosen before anything imports Keras (`tfformer.utils.backends`).
+        keep_checkpoints: how many epoch checkpoints to keep (the paper averages 5, §6.1).
+        backup_every: updates between backups within an epoch.
+        dev_sentences: dev sentences decoded for BLEU after each epoch (0: none).
+        seed: seed of the weights, the data order and the vocabulary.
+        keep_initial_weights: also save the weights before the first update.
+        verbose: Keras' progress output (0, 1, 2).
+    """
+
+    data: str = "builtin"
+    skip_bad_lines: bool = False
+    vocab_sample: int = DEFAULT_VOCAB_SAMPLE
+    shuffle_buffer: int = 100_000
+    steps: int | None = None
+    epochs: int | None = None
+    steps_per_epoch: int | None = None
+    batch_tokens: int = 4096
+    bucket_growth: float | None = None
+    pack_length: int = 0
+    label_smoothing: float = 0.1
+    warmup_steps: int | None = None
+    lr_scale: float = 1.0
+    max_minutes: float | None = None
+    vocab_size: int | None = None
+    mixed_precision: str | None = None
+    jit: bool = False
+    grad_accum: int = 1
+    devices: int | None = None
+    backend: str | None = None
+    keep_checkpoints: int = 5
+    backup_every: int = 50
+    dev_sentences: int = 200
+    seed: int = 0
+    keep_initial_weights: bool = False
+    verbose: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "epochs", "steps_per_epoch", "batch_tokens", "vocab_size",
+                     "grad_accum", "devices", "keep_checkpoints", "backup_every",
+                     "warmup_steps", "shuffle_buffer"):
+            check_at_least(name, getattr(self, name))
+        check_at_least("vocab_sample", self.vocab_sample, 2)
+        check_at_least("dev_sentences", self.dev_sentences, 0)
+        if self.pack_length:
+            check_at_least("pack_length", self.pack_length, 2, why="a token plus BOS/EOS")
+        check_fraction("label_smoothing", self.label_smoothing)
+        if self.bucket_growth is not None and not self.bucket_growth > 1:
+            raise ValueError(f"bucket_growth must be > 1, got {self.bucket_growth}")
+        for name in ("lr_scale", "max_minutes"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be > 0, got {value}")
+        if self.steps and self.epochs:
+            raise ValueError("give steps or epochs, not both")
+        if self.mixed_precision not in (None, *PRECISIONS):
+            raise ValueError(f"mixed_precision must be None or one of {', '.join(PRECISIONS)}, "
+                             f"got {self.mixed_precision!r}")
+        if self.backend is not None and self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {sorted(BACKENDS)}, got {self.backend!r}")
+        if not self.steps and not self.epochs:
+            self.steps = DEFAULT_STEPS
+
+
+def load_config(spec: str | TransformerConfig, **overrides) -> TransformerConfig:
+    """A preset name (tiny, base, big) or a JSON file of TransformerConfig, with overrides."""
+    if isinstance(spec, TransformerConfig):
+        return spec.replace(**overrides) if overrides else spec
+    if spec in PRESETS:
+        return get_preset(spec, **overrides)
+    if not os.path.exists(spec):
+        raise ValueError(f"config {spec!r} is neither a preset ({', '.join(PRESETS)}) "
+                         "nor an existing JSON file")
+    with open(spec, encoding="utf-8") as f:
+        config = TransformerConfig.from_json(f.read())
+    return config.replace(**overrides) if overrides else config
+
+
+def warmup_steps(settings: TrainSettings, config: str | TransformerConfig) -> int:
+    """The run's warmup updates (§5.3): `settings.warmup_steps` when set, else the preset's own
+    (tiny: 400) when `config` is a preset, else the paper's 4000.
+
+    A preset is one by name (whatever its overrides) or by architecture: a TransformerConfig or
+    JSON file equal to a preset but for vocab_size (the run's vocabulary sets it) and dropout, so
+    that `load_config("tiny")` passed as an object warms up as "tiny" passed by name does.
+    """
+    if settings.warmup_steps:
+        return settings.warmup_steps
+    if isinstance(config, str) and config in PRESETS:
+        return PRESET_WARMUP_STEPS.get(config, PAPER_WARMUP_STEPS)
+    config = load_config(config)
+    for name, preset in PRESETS.items():
+        if not preset.replace(vocab_size=config.vocab_size).weight_differences(config):
+            return PRESET_WARMUP_STEPS.get(name, PAPER_WARMUP_STEPS)
+    return PAPER_WARMUP_STEPS
+
+
+@dataclasses.dataclass
+class Recipe:
+    """A training recipe (`training/configs/*.json`): a config, its overrides, the training
+    settings and how many checkpoints to average."""
+
+    config: str
+    overrides: dict
+    train: TrainSettings
+    average_last: int = 5
+    description: str = ""
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Recipe":
+        with open(path, encoding="utf-8") as f:
+            raw = json.load(f)
+        unknown = sorted(set(raw) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise ValueError(f"{path}: unknown recipe field(s) {', '.join(unknown)}")
+        known = {f.name for f in dataclasses.fields(TrainSettings)}
+        bad = sorted(set(raw.get("train", {})) - known)
+        if bad:
+            raise ValueError(f"{path}: unknown training setting(s) {', '.join(bad)}")
+        return cls(config=raw["config"], overrides=raw.get("overrides", {}),
+                   train=TrainSettings(**raw.get("train", {})),
+                   average_last=raw.get("average_last", 5),
+                   description=raw.get("description", ""))
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """How long a run trains: its optimizer updates, the batches of an epoch, a deadline.
+
+    Epochs are counted in batches and end on an optimizer update (`steps_per_epoch` is a
+    multiple of `accumulation`); the last epoch ends at `total_steps` and may be shorter.
+
+    Attributes:
+        total_steps: optimizer updates in all.
+        steps_per_epoch: batches per epoch (checkpoint, history row and dev BLEU after each).
+        accumulation: batches per optimizer update (`grad_accum`).
+        deadline: when to stop, in seconds of `time.monotonic()`; None: no time limit.
+    """
+
+    total_steps: int
+    steps_per_epoch: int
+    accumulation: int = 1
+    deadline: float | None = None
+
+    @classmethod
+    def from_settings(cls, settings: TrainSettings, batches_per_pass: Callable[[], int],
+                      started: float) -> "Budget":
+        """The budget of `settings`, the run having started at `started` (time.monotonic()).
+
+        Args:
+            batches_per_pass: the training data's batches per pass; called only when
+                `settings.epochs` sets the budget (counting them may scan the data).
+
+        Raises:
+            ValueError: steps_per_epoch is not a multiple of grad_accum.
+        """
+        accumulation = settings.grad_accum
+        if settings.steps:
+            total_steps = settings.steps
+            steps_per_epoch = settings.steps_per_epoch or min(
+                DEFAULT_STEPS_PER_EPOCH, total_steps) * accumulation
+        else:
+            per_pass = batches_per_pass()
+            # Passes over the data set the budget; steps_per_epoch only the checkpoint interval.
+            total_steps = max(1, settings.epochs * per_pass // accumulation)
+            steps_per_epoch = settings.steps_per_epoch or max(
+                accumulation, per_pass // accumulation * accumulation)
+        if steps_per_epoch % accumulation:
+            raise ValueError(f"steps_per_epoch ({steps_per_epoch}) must be a multiple of "
+                             f"grad_accum ({accumulation}): epochs end on an update")
+        deadline = started + 60 * settings.max_minutes if settings.max_minutes else None
+        return cls(total_steps, steps_per_epoch, accumulation, deadline)
+
+    @property
+    def epochs(self) -> int:
+        """Epochs in all, the last one possibly shorter."""
+        return math.ceil(self.total_steps / (self.steps_per_epoch // self.accumulation))
+
+    def describe(self) -> str:
+        """For the log: `400 updates of 1 batch(es), 100 per epoch (4 epochs)`."""
+        return (f"{self.total_steps} updates of {self.accumulation} batch(es), "
+                f"{self.steps_per_epoch // self.accumulation} per epoch ({self.epochs} epochs)")

@@ -1,0 +1,235 @@
+"""The steps of `tfformer.run.train`, each one a function that can be tested alone.
+
+`run.train` imports this module only once `run.place_devices` has chosen the backend and the
+devices: importing it starts Keras and TensorFlow, which read both when they start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+
+import keras
+import tensorflow as tf
+
+from tfformer.config import TransformerConfig
+from tfformer.data.buckets import default_growth
+from tfformer.data.sources import DataError
+from tfformer.model import precision
+from tfformer.model.compile_transformer import compile_transformer
+from tfformer.model.schedule import paper_optimizer
+from tfformer.model.transformer import Transformer
+from tfformer.train import inputs, plots
+from tfformer.train.callbacks import (
+    DevBleu,
+    KeepLastCheckpoints,
+    LogBatchShapes,
+    LogDataCounters,
+    RunState,
+    StopAtTime,
+)
+from tfformer.train.devices import Placement
+from tfformer.train.fit import fit_resumable
+from tfformer.train.settings import Budget, TrainingStopped, TrainSettings
+from tfformer.utils.files import atomic_write, atomic_write_text
+from tfformer.utils.run_dir import RunDir
+
+# The run's log lines keep the name they are known by (`tfformer.run: ...`).
+logger = logging.getLogger("tfformer.run")
+
+DEV_SOURCES_KEPT = 16  # dev sources kept in the run dir for the export check
+
+
+def run_dirs(out: str | os.PathLike, placement: Placement) -> tuple[RunDir, RunDir]:
+    """(shared, own): the run directory, and where this process writes its own files: the run
+    directory itself for the chief, `worker-N/` under it for another worker; own is created."""
+    shared = RunDir(out)
+    own = (shared if placement.chief
+           else shared.worker(placement.strategy.cluster_resolver.task_id))
+    os.makedirs(own.path, exist_ok=True)
+    return shared, own
+
+
+def prepare_data(shared: RunDir, settings: TrainSettings, config: TransformerConfig,
+                 chief: bool) -> inputs.RunData:
+    """The run's corpus, vocabulary and dev set (`tfformer.train.inputs.prepare`)."""
+    return inputs.prepare(
+        shared, chief=chief, spec=settings.data, skip_bad_lines=settings.skip_bad_lines,
+        seed=settings.seed, vocab_size=settings.vocab_size or config.vocab_size,
+        vocab_sample=settings.vocab_sample)
+
+
+def check_or_record_config(run: RunDir, config: TransformerConfig, settings: TrainSettings,
+                           chief: bool) -> None:
+    """Resuming: refuses a config whose weights differ from the saved one, naming the fields,
+    and logs the other differences (dropout). Starting: the chief writes train_args.json and,
+    last, config.json.
+
+    Raises:
+        ValueError: the run directory's config.json has another architecture.
+    """
+    if os.path.exists(run.config):
+        with open(run.config, encoding="utf-8") as f:
+            saved = TransformerConfig.from_json(f.read())
+        changed = saved.weight_differences(config)
+        if changed:
+            raise ValueError(
+                f"{run.config} differs from this command's config in {'; '.join(changed)}: "
+                "the saved weights would not fit; use a new --out, or the same architecture "
+                "to resume")
+        if saved != config:
+            logger.info("resuming with %s", "; ".join(saved.differences(config)))
+    elif chief:
+        atomic_write_text(run.train_args, json.dumps(dataclasses.asdict(settings), indent=2))
+        # Last: its presence is what marks a run directory as one to resume.
+        atomic_write_text(run.config, config.to_json())
+
+
+def keep_dev_sources(run: RunDir, dev_pairs: list[tuple[str, str]]) -> None:
+    """Writes the first dev sources to RUN/dev_sources.txt, once: what tfformer-export checks
+    the export with by default."""
+    if dev_pairs and not os.path.exists(run.dev_sources):
+        atomic_write_text(run.dev_sources, "".join(
+            source.replace("\n", " ") + "\n" for source, _ in dev_pairs[:DEV_SOURCES_KEPT]))
+
+
+def open_run_state(run: RunDir, settings: TrainSettings) -> RunState:
+    """The run's backups and history, as the last backup left them."""
+    return RunState(run.path, settings.backup_every,
+                    keep_initial_weights=settings.keep_initial_weights)
+
+
+def assemble_batches(shared: RunDir, data: inputs.RunData, settings: TrainSettings,
+                     config: TransformerConfig, placement: Placement,
+                     backend: str) -> inputs.RunBatches:
+    """This worker's training stream and dev batches, on the bucket grid of its backend (both
+    packed instead, with `pack_length`)."""
+    if settings.pack_length > config.max_length:
+        raise ValueError(f"pack_length ({settings.pack_length}) must be <= the config's "
+                         f"max_length ({config.max_length})")
+    compiled = settings.jit or backend != "tensorflow"  # JAX compiles every step
+    return inputs.assemble(
+        shared, data, batch_tokens=settings.batch_tokens, max_length=config.max_length,
+        seed=settings.seed, skip_bad_lines=settings.skip_bad_lines,
+        batch_multiple=placement.replicas,
+        bucket_growth=settings.bucket_growth or default_growth(compiled),
+        pack_length=settings.pack_length, num_workers=placement.num_workers,
+        worker_index=placement.worker_index, shuffle_buffer_size=settings.shuffle_buffer,
+        write_cache=placement.chief, fixed_rows=compiled)
+
+
+def build_model(config: TransformerConfig, settings: TrainSettings, placement: Placement,
+                backend: str, warmup_steps: int) -> Transformer:
+    """The Transformer, built and compiled under the placement's scope and the run's precision:
+    the paper's optimizer (§5.3) and label-smoothed loss (§5.4)."""
+    if settings.jit and backend == "tensorflow" and placement.replicas > 1:
+        # Keras 3.15 puts `strategy.run` itself inside the jit-compiled function: one XLA
+        # cluster over every replica's variables, which TensorFlow refuses at the first step
+        # ("Trying to access resource ... located in device ...:1 from device ...:0",
+        # keras-team/keras#19005).
+        raise ValueError(f"jit (XLA) does not work with {placement.replicas} TensorFlow "
+                         "replicas in Keras 3 (keras-team/keras#19005): leave out jit, or "
+                         "train under JAX (backend jax), which compiles every step")
+    mixed_precision = precision.resolve(settings.mixed_precision)
+    with placement.scope(), precision.policy(mixed_precision):
+        model = Transformer(config)
+        model.build()
+        optimizer = paper_optimizer(config.d_model, warmup_steps, scale=settings.lr_scale,
+                                    gradient_accumulation_steps=settings.grad_accum)
+        # JAX always compiles its steps (jit_compile=False would run every op eagerly).
+        compile_transformer(model, optimizer=optimizer, label_smoothing=settings.label_smoothing,
+                            jit_compile=settings.jit if backend == "tensorflow" else "auto")
+    logger.info("model: %s parameters, Keras on %s, %s; %s", f"{model.count_params():,}",
+                backend, placement.description, precision.describe(mixed_precision))
+    return model
+
+
+@dataclasses.dataclass
+class Callbacks:
+    """The run's callbacks (`all`, in order), with the two whose state the run reads after
+    training."""
+
+    all: list[keras.callbacks.Callback]
+    batch_shapes: LogBatchShapes
+    stop_at_time: StopAtTime | None
+
+
+def make_callbacks(settings: TrainSettings, run: RunDir, data: inputs.RunData,
+                   batches: inputs.RunBatches, max_length: int, backend: str, chief: bool,
+                   budget: Budget) -> Callbacks:
+    """Stop on NaN, keep the last epoch checkpoints, log the stream's counters and batch
+    shapes; dev BLEU on the chief when `dev_sentences`; a deadline when the budget has one."""
+    batch_shapes = LogBatchShapes(batches.stats, backend)
+    callbacks = [
+        keras.callbacks.TerminateOnNaN(),
+        KeepLastCheckpoints(run.checkpoints, keep=settings.keep_checkpoints),
+        LogDataCounters(batches.counters, settings.pack_length or max_length),
+        batch_shapes,
+    ]
+    if settings.dev_sentences and chief:
+        callbacks.append(DevBleu(data.tokenizer, data.dev.pairs,
+                                 max_sentences=settings.dev_sentences))
+    stop_at_time = None
+    if budget.deadline is not None:
+        stop_at_time = StopAtTime(budget.deadline)
+        callbacks.append(stop_at_time)
+    return Callbacks(callbacks, batch_shapes, stop_at_time)
+
+
+def fit(model: Transformer, batches: inputs.RunBatches, run_state: RunState, budget: Budget,
+        callbacks: Callbacks, placement: Placement, verbose: int) -> int:
+    """Trains from the last backup to the budget (`tfformer.train.fit.fit_resumable`); returns
+    the optimizer step reached.
+
+    Raises:
+        DataError: the training stream met a bad line (naming file and line).
+    """
+    with placement.scope():
+        logger.info("starting at step %d of %d", run_state.step, budget.total_steps)
+        try:
+            return fit_resumable(model, batches.train, run_state=run_state,
+                                 total_steps=budget.total_steps,
+                                 steps_per_epoch=budget.steps_per_epoch,
+                                 validation_data=batches.dev, callbacks=callbacks.all,
+                                 verbose=verbose)
+        except tf.errors.OpError as error:
+            # A bad line the stream met (the scan of a new run would have named it first).
+            bad_line = DataError.from_graph_error(error)
+            if bad_line is None:
+                raise
+            raise bad_line from None
+
+
+def finish(model: Transformer, run: RunDir, step: int, budget: Budget, callbacks: Callbacks,
+           settings: TrainSettings, chief: bool) -> None:
+    """Saves RUN/model.keras once the budget is spent or its deadline stopped training, and
+    the chief's history plot.
+
+    Raises:
+        TrainingStopped: training stopped before the budget for another reason (a NaN loss).
+    """
+    if callbacks.stop_at_time is not None and callbacks.stop_at_time.stopped:
+        logger.info("stopped at step %d of %d: %g minutes of wall time used", step,
+                    budget.total_steps, settings.max_minutes)
+    elif step < budget.total_steps:
+        raise TrainingStopped(f"training stopped early at step {step} of {budget.total_steps} "
+                              "(NaN loss?)")
+    atomic_write(run.model, model.save)
+    logger.info("saved %s after %d steps", run.model, step)
+    if chief:
+        save_history_plot(run)
+
+
+def save_history_plot(run: RunDir) -> None:
+    """RUN/history.png when matplotlib is installed (the `plot` extra); a drawing failure is
+    logged, never fatal: the trained model is already saved."""
+    if not plots.available():
+        logger.info("no %s: install the plot extra (matplotlib) for it",
+                    os.path.basename(run.history_plot))
+        return
+    try:
+        logger.info("wrote %s", plots.save_history_plot(run.path))
+    except Exception as error:  # noqa: BLE001 - a plot must never fail a finished run
+        logger.warning("could not draw %s: %s", run.history_plot, error)
