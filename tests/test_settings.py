@@ -1,5 +1,6 @@
 """Run settings without training: the warmup a config gets, the budget, the shared checks."""
 
+import dataclasses
 import re
 import subprocess
 import sys
@@ -107,3 +108,11 @@ def test_settings_import_no_tensorflow():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=60, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_each_settings_help_is_on_its_field_not_in_the_docstring():
+    doc = TrainSettings.__doc__
+    assert "Args:" not in doc
+    for field in dataclasses.fields(TrainSettings):
+        assert field.metadata.get("help", "").strip(), f"{field.name}: no help on the field"
+        assert f"{field.name}:" not in doc, f"{field.name} is described in the docstring too"

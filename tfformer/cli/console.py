@@ -1,10 +1,14 @@
-"""What every console script shares: how --help shows defaults, and the logging set-up."""
+"""What every console script shares: how --help shows defaults, the flags of a settings
+dataclass, and the logging set-up."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
+import types
+import typing
 
 LOG_FORMAT = "%(asctime)s %(name)s: %(message)s"
 
@@ -19,6 +23,37 @@ class DefaultsOnceFormatter(argparse.HelpFormatter):
                 or "default" in text:
             return text
         return f"{text} (default: %(default)s)".strip()
+
+
+def settings_arguments(parser: argparse.ArgumentParser, settings_class: type) -> None:
+    """Adds one flag per field of the dataclass `settings_class`: `--field-name` (dest
+    `field_name`), its default the field's, its help, metavar and choices the field's metadata.
+
+    The type is the field's annotation, `X | None` giving X; a `str` field converts nothing
+    (argparse's own), a `bool` field that defaults to False is a switch (store_true). A recipe's
+    values replace the defaults with `parser.set_defaults`, as for any flag.
+    """
+    hints = typing.get_type_hints(settings_class)
+    for field in dataclasses.fields(settings_class):
+        kind = hints[field.name]
+        if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
+            kinds = [arg for arg in typing.get_args(kind) if arg is not type(None)]
+            if len(kinds) != 1:
+                raise TypeError(f"{settings_class.__name__}.{field.name}: no flag for {kind}")
+            kind = kinds[0]
+        flag = "--" + field.name.replace("_", "-")
+        meta = {key: field.metadata[key] for key in ("help", "metavar", "choices")
+                if key in field.metadata}
+        if kind is bool:
+            if field.default is not False:
+                raise TypeError(f"{settings_class.__name__}.{field.name}: a switch defaults to "
+                                "False")
+            parser.add_argument(flag, action="store_true", **meta)
+        elif kind in (int, float, str):
+            parser.add_argument(flag, type=None if kind is str else kind, default=field.default,
+                                **meta)
+        else:
+            raise TypeError(f"{settings_class.__name__}.{field.name}: no flag for {kind}")
 
 
 def start_logging(level: int | str = logging.INFO, log_format: str = LOG_FORMAT) -> None:

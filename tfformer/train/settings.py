@@ -1,7 +1,7 @@
-"""How a run trains, with every default written once: `TrainSettings`, the recipes that hold
-them (`Recipe`), the config a run starts from (`load_config`), its warmup (`warmup_steps`), its
-budget of updates, epochs and wall time (`Budget`) and the error of a run that ends short of it
-(`TrainingStopped`).
+"""How a run trains, with every default and its help written once: `TrainSettings`, the
+recipes that hold them (`Recipe`), the config a run starts from (`load_config`), its warmup
+(`warmup_steps`), its budget of updates, epochs and wall time (`Budget`) and the error of a run
+that ends short of it (`TrainingStopped`).
 
 Imports no TensorFlow or Keras: the console scripts build their flags from these dataclasses
 before anything heavy loads (`tfformer-train --help` stays quick).
@@ -13,6 +13,7 @@ import dataclasses
 import json
 import math
 import os
+from dataclasses import field
 from typing import Callable
 
 from tfformer.config import PRESETS, TransformerConfig, get_preset
@@ -37,76 +38,98 @@ class TrainingStopped(RuntimeError):
 class TrainSettings:
     """How a run trains (the architecture is the `TransformerConfig`).
 
-    Args:
-        data: "builtin[:N]", "tsv:TRAIN[,DEV]" or "tfds:NAME" (see `tfformer.data.sources`).
-        skip_bad_lines: skip and count malformed data lines instead of failing.
-        vocab_sample: sentences (both sides) of the random sample the vocabulary learns from.
-        shuffle_buffer: pairs in the training stream's shuffle buffer (files are shuffled too).
-        steps: optimizer updates in all (default 400 unless `epochs` is given).
-        epochs: passes over the training data, instead of `steps` (counted once per run, see
-            `tfformer.train.inputs.batches_per_pass`).
-        steps_per_epoch: batches per epoch: checkpoint, history row and dev BLEU after each
-            (default 100 updates with `steps`, one data pass with `epochs`); a multiple of
-            `grad_accum`.
-        batch_tokens: token budget per global batch (§5.1).
-        bucket_growth: ratio between consecutive lengths of the batches' bucket grid
-            (`tfformer.data.buckets`): smaller pads less, larger has fewer batch shapes, each one
-            more program for XLA to compile (default 1.1, or 1.25 where steps are compiled:
-            `jit`, or JAX).
-        pack_length: 0 batches pairs by length on the bucket grid; N packs several pairs
-            into rows of N tokens instead (`tfformer.data.packing`): one batch shape, so XLA
-            compiles the train step once, and less padding; pairs longer than N are dropped
-            (and counted). At most the config's max_length.
-        label_smoothing: epsilon_ls of the loss (§5.4).
-        warmup_steps: updates of learning-rate warmup (§5.3; default 4000 as in the paper, or
-            the preset's own: tiny 400).
-        lr_scale: factor on the learning rate of §5.3, eq. 3 (1.0 in the paper).
-        max_minutes: stop after this much wall time, epoch-end work (validation, dev BLEU,
-            checkpoints) and start-up included, even before `steps`; the run then ends normally,
-            with model.keras (one process only: workers would stop at different batches).
-        vocab_size: subword vocabulary size (default: the config's; a soft limit).
-        mixed_precision: None (float32), "bf16", "fp16" (with loss scaling), or "auto": bf16
-            where it pays (a GPU or TPU, a CPU with AVX512_BF16 or AMX), else float32
-            (`tfformer.model.precision`).
-        jit: compile train steps with XLA.
-        grad_accum: batches per optimizer update.
-        devices: split the CPU into this many devices (before the backend starts).
-        backend: the Keras backend, "tensorflow" or "jax" (None: KERAS_BACKEND's, else
-            TensorFlow); chosen before anything imports Keras (`tfformer.utils.backends`).
-        keep_checkpoints: how many epoch checkpoints to keep (the paper averages 5, §6.1).
-        backup_every: updates between backups within an epoch.
-        dev_sentences: dev sentences decoded for BLEU after each epoch (0: none).
-        seed: seed of the weights, the data order and the vocabulary.
-        keep_initial_weights: also save the weights before the first update.
-        verbose: Keras' progress output (0, 1, 2).
+    Each setting's help is on its field (`metadata["help"]`, with `metavar` and `choices` where
+    they help), beside its default, and nowhere else: tfformer-train builds one flag per field
+    from them (`tfformer.cli.console.settings_arguments`), --help shows them.
     """
 
-    data: str = "builtin"
-    skip_bad_lines: bool = False
-    vocab_sample: int = DEFAULT_VOCAB_SAMPLE
-    shuffle_buffer: int = 100_000
-    steps: int | None = None
-    epochs: int | None = None
-    steps_per_epoch: int | None = None
-    batch_tokens: int = 4096
-    bucket_growth: float | None = None
-    pack_length: int = 0
-    label_smoothing: float = 0.1
-    warmup_steps: int | None = None
-    lr_scale: float = 1.0
-    max_minutes: float | None = None
-    vocab_size: int | None = None
-    mixed_precision: str | None = None
-    jit: bool = False
-    grad_accum: int = 1
-    devices: int | None = None
-    backend: str | None = None
-    keep_checkpoints: int = 5
-    backup_every: int = 50
-    dev_sentences: int = 200
-    seed: int = 0
-    keep_initial_weights: bool = False
-    verbose: int = 1
+    data: str = field(default="builtin", metadata={
+        "help": "builtin[:N] | tsv:TRAIN[,DEV] | tfds:NAME | reverse:SPEC "
+                "(`tfformer.data.sources`); TRAIN: files or globs joined by +, .gz read as gzip"})
+    skip_bad_lines: bool = field(default=False, metadata={
+        "help": "skip (and count) malformed data lines instead of failing"})
+    vocab_sample: int = field(default=DEFAULT_VOCAB_SAMPLE, metadata={
+        "metavar": "SENTENCES",
+        "help": "the vocabulary learns from a random sample of this many sentences (source and "
+                "target sides), drawn in one pass"})
+    shuffle_buffer: int = field(default=100_000, metadata={
+        "metavar": "PAIRS",
+        "help": "pairs held in the training stream's shuffle buffer (files are shuffled as well)"})
+    steps: int | None = field(default=None, metadata={
+        "help": f"optimizer updates in all (default: {DEFAULT_STEPS} unless epochs is given)"})
+    epochs: int | None = field(default=None, metadata={
+        "help": "passes over the training data, instead of steps (counted once per run, see "
+                "`tfformer.train.inputs.batches_per_pass`)"})
+    steps_per_epoch: int | None = field(default=None, metadata={
+        "help": "batches per epoch: checkpoint, history row and dev BLEU after each (default: "
+                f"{DEFAULT_STEPS_PER_EPOCH} updates with steps, one data pass with epochs); a "
+                "multiple of grad_accum"})
+    batch_tokens: int = field(default=4096, metadata={
+        "help": "token budget per global batch (§5.1; the paper's batches held about 25000 "
+                "source and 25000 target tokens)"})
+    bucket_growth: float | None = field(default=None, metadata={
+        "metavar": "RATIO",
+        "help": "ratio between consecutive lengths of the batches' bucket grid "
+                "(`tfformer.data.buckets`): smaller pads less, larger has fewer batch shapes, "
+                "each one more program for XLA to compile (default 1.1, or 1.25 where steps are "
+                "compiled: jit, or JAX)"})
+    pack_length: int = field(default=0, metadata={
+        "metavar": "N",
+        "help": "0 batches pairs by length on the bucket grid; N packs several pairs into rows "
+                "of N tokens instead (`tfformer.data.packing`): one batch shape, so XLA compiles "
+                "the train step once, and less padding; pairs longer than N are dropped (and "
+                "counted). At most the config's max_length"})
+    label_smoothing: float = field(default=0.1, metadata={
+        "help": "epsilon_ls of the loss (§5.4)"})
+    warmup_steps: int | None = field(default=None, metadata={
+        "help": f"updates of learning-rate warmup (§5.3; default {PAPER_WARMUP_STEPS} as in the "
+                "paper, or the preset's own: "
+                + ", ".join(f"{preset} {updates}"
+                            for preset, updates in PRESET_WARMUP_STEPS.items())
+                + ")"})
+    lr_scale: float = field(default=1.0, metadata={
+        "help": "factor on the learning rate of §5.3, eq. 3 (1.0 in the paper)"})
+    max_minutes: float | None = field(default=None, metadata={
+        "help": "stop after this much wall time, start-up and epoch-end work (validation, dev "
+                "BLEU, checkpoints) included, even before steps; the run then ends normally, "
+                "with model.keras (one process only: workers would stop at different batches)"})
+    vocab_size: int | None = field(default=None, metadata={
+        "help": "subword vocabulary size (default: the config's; a soft limit)"})
+    mixed_precision: str | None = field(default=None, metadata={
+        "choices": PRECISIONS,
+        "help": "half-precision matmuls on float32 weights (fp16 with loss scaling); auto: bf16 "
+                "where it pays (a GPU or TPU, a CPU with AVX512_BF16 or AMX), else float32 "
+                "(default: float32; `tfformer.model.precision`)"})
+    jit: bool = field(default=False, metadata={
+        "help": "compile train steps with XLA"})
+    grad_accum: int = field(default=1, metadata={
+        "metavar": "N",
+        "help": "accumulate gradients over N batches per optimizer update (steps counts "
+                "updates)"})
+    devices: int | None = field(default=None, metadata={
+        "metavar": "N",
+        "help": "split the CPU into N logical devices before the backend starts (multi-device "
+                "without GPUs)"})
+    backend: str | None = field(default=None, metadata={
+        "choices": BACKENDS,
+        "help": "the Keras backend (default: KERAS_BACKEND's, else tensorflow), chosen before "
+                "anything imports Keras (`tfformer.utils.backends`); jax needs the jax extra"})
+    keep_checkpoints: int = field(default=5, metadata={
+        "metavar": "K",
+        "help": "how many epoch checkpoints to keep (the paper averages the last 5, §6.1)"})
+    backup_every: int = field(default=50, metadata={
+        "metavar": "STEPS",
+        "help": "optimizer updates between backups within an epoch (every epoch end is backed "
+                "up too)"})
+    dev_sentences: int = field(default=200, metadata={
+        "help": "dev sentences decoded for BLEU after each epoch (0: none)"})
+    seed: int = field(default=0, metadata={
+        "help": "seed of the weights, the data order and the vocabulary's sample"})
+    keep_initial_weights: bool = field(default=False, metadata={
+        "help": "also save the weights before the first update (initial.weights.h5)"})
+    verbose: int = field(default=1, metadata={
+        "choices": (0, 1, 2),
+        "help": "Keras' progress output: 0 silent, 1 bar, 2 one line per epoch"})
 
     def __post_init__(self) -> None:
         for name in ("steps", "epochs", "steps_per_epoch", "batch_tokens", "vocab_size",
