@@ -84,9 +84,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     prog = parser.prog
     lines = iter(args.sentences) if args.sentences else _stdin_lines()
 
-    # gRPC and TF Serving's protos (which load TensorFlow): not for --help.
+    # gRPC and TF Serving's protos: not for --help. TensorFlow only for --saved-model, so that
+    # a client of a server starts without it.
     import grpc
-    import tensorflow as tf
 
     from tfformer.serving.client import (
         TranslationError,
@@ -96,11 +96,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         translate_saved_model,
         translate_saved_model_nbest,
     )
-    from tfformer.serving.requests import op_error_message
 
+    refused_in_process: tuple[type[Exception], ...] = ()  # errors that mean bad input, in process
     channel = None
     try:
         if args.saved_model:
+            import tensorflow as tf
+
+            refused_in_process = (tf.errors.InvalidArgumentError,)
             model = load_saved_model(args.saved_model)
 
             def run(batch):
@@ -136,7 +139,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
         print(f"{prog}: error: {message}", file=sys.stderr)
         return 2
-    except tf.errors.InvalidArgumentError as error:  # in process: e.g. --nbest over the beam
+    except refused_in_process as error:  # in process: e.g. --nbest over the beam
+        from tfformer.serving.requests import op_error_message
+
         print(f"{prog}: error: INVALID_ARGUMENT: {op_error_message(error)}", file=sys.stderr)
         return 2
     except OSError as error:
