@@ -37,18 +37,32 @@ $(VENV)/.installed: setup.cfg setup.py | $(PY)
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PY) $(PIP) install -e '.[test]'
+	$(PY) $(PIP) install -e '.[test,torch]'
 	touch $@
+
+# The compat and no-TensorFlow venvs hold pinned packages only (tfformer runs from the source
+# tree there), so every clone on a machine shares one copy of each, built once in a cache keyed
+# by a hash of the Python version and the pins: a clone links it instead of installing again.
+VENV_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/tfformer/venvs
+pins_hash = $(shell $(PYTHON) -c 'import hashlib, sys; \
+	print(hashlib.sha256((sys.version + " $(strip $(1))").encode()).hexdigest()[:16])')
+COMPAT_CACHED := $(VENV_CACHE)/compat-$(call pins_hash,$(COMPAT_PACKAGES))
+NOTF_CACHED := $(VENV_CACHE)/notf-$(call pins_hash,$(NOTF_PACKAGES))
+
+# $(call cached_venv,LINK,CACHED,PACKAGES): build CACHED unless complete, then link LINK to it.
+define cached_venv
+	if [ ! -f $(2)/.installed ]; then \
+		rm -rf $(2) && $(PYTHON) -m venv $(2) && \
+		$(2)/bin/python $(PIP) install $(3) && touch $(2)/.installed; \
+	fi
+	rm -rf $(1) && ln -s $(2) $(1)
+endef
 
 $(COMPAT_VENV)/.installed:
-	$(PYTHON) -m venv $(COMPAT_VENV)
-	$(COMPAT_VENV)/bin/python $(PIP) install $(COMPAT_PACKAGES)
-	touch $@
+	$(call cached_venv,$(COMPAT_VENV),$(COMPAT_CACHED),$(COMPAT_PACKAGES))
 
 $(NOTF_VENV)/.installed:
-	$(PYTHON) -m venv $(NOTF_VENV)
-	$(NOTF_VENV)/bin/python $(PIP) install $(NOTF_PACKAGES)
-	touch $@
+	$(call cached_venv,$(NOTF_VENV),$(NOTF_CACHED),$(NOTF_PACKAGES))
 
 install: $(VENV)/.installed
 

@@ -22,7 +22,7 @@ def require(module: str):
         return importlib.import_module(module)
     except ImportError:
         if os.environ.get("CI"):
-            pytest.fail(f"{module} is required in CI (pip install -e '.[test]')")
+            pytest.fail(f"{module} is required in CI (pip install -e '.[test,torch]')")
         pytest.skip(f"{module} is not installed")
 
 
