@@ -51,6 +51,7 @@ print(json.dumps({{"backend": keras.backend.backend(), "class": type(model).__mo
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["tensorflow", "jax"])
 @pytest.mark.parametrize("keras_first", [False, True], ids=["tfformer-first", "keras-first"])
 def test_keras_load_model_finds_tfformer_classes_after_import_tfformer(run_dir, backend,
