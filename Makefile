@@ -20,9 +20,9 @@ BACKEND_TESTS := tests/test_attention.py tests/test_model.py tests/test_embeddin
 	tests/test_eager_search.py tests/test_backends.py
 # Test processes: most tests leave a core idle (Python start-up, subprocesses, small models).
 # worksteal: each worker starts with a contiguous share of the list, which tests/conftest.py
-# begins with its own slow tests, and an idle worker steals from a busy one's queue. (Plain
-# `load` handed one worker most of the slow tests up front; one test at a time to the free
-# worker, `--maxschedchunk 1`, split modules and trained their shared fixtures twice.)
+# begins with its own slow tests, dealt a module at a time (so a module's shared fixtures are
+# built on one worker only), and an idle worker steals from a busy one's queue, so no worker
+# is left alone with the slow tests at the end.
 TEST_WORKERS ?= 2
 PYTEST := -m pytest -n $(TEST_WORKERS) --dist worksteal
 

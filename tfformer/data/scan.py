@@ -115,8 +115,8 @@ class SentenceSample(Sequence[str]):
     smallest keys, in key order, read back from a temporary file one pair at a time.
 
     Its pairs go to disk as they enter, and only their keys and places stay in memory: a million
-    sentences held as Python objects would double the scan's memory (the vocabulary step's peak
-    was 2.3 GB at the default sample); on disk the text costs ~25 bytes of memory a pair. The
+    sentences held as Python objects would double the scan's memory; on disk the text costs
+    ~25 bytes of memory a pair (its key and place). The
     file is unlinked from the start, so nothing is left behind, even after a kill.
     """
 

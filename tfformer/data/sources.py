@@ -400,7 +400,7 @@ def _check_file(path: str) -> None:
     tf.data's GZIP reader stops without an error where a truncated stream ends (as an
     interrupted download leaves it), so a cut .gz would train on part of itself, its last line
     cut mid-word. Python's gzip raises there: every .gz is decompressed once here, before the
-    scan, the training stream or a dev/test read uses it (~1 s per 200 MB of text).
+    scan, the training stream or a dev/test read uses it.
     """
     compressed = path.endswith(".gz")
     text = False
@@ -430,7 +430,8 @@ def open_corpus(spec: str, *, skip_bad_lines: bool = False, seed: int = 0,
     """Parses a data spec (see the module docstring); reads only the dev side.
 
     `checked`: `file_signature`s of files already checked whole (a resumed run's, recorded by
-    its scan): they are not decompressed again, which would cost a big corpus ~10 s per start.
+    its scan): they are not decompressed again, which would re-read a big corpus on every
+    start.
 
     Raises:
         ValueError: a malformed spec. DataError: a missing or empty file, or a bad dev line.

@@ -24,8 +24,8 @@ def build_from_int_ids(model: keras.Model) -> None:
 
     Without a strategy Keras defers building to the first traced step, which then creates the
     optimizer's variables inside the tf.function: TensorFlow traces the step twice and puts an
-    initializer `cond` per variable into the graph (~4 s of a tiny model's first step). Built
-    here, before the trace, the step is traced once.
+    initializer `cond` per variable into the graph, which slows the first step. Built here,
+    before the trace, the step is traced once.
     """
     ids = keras.KerasTensor((None, None), "int32")
     with model.distribute_strategy.scope():

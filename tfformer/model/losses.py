@@ -25,7 +25,6 @@ def label_smoothed_cross_entropy(labels, logits, label_smoothing: float):
     """
     # log p_y = z_y - logsumexp(z): reductions of the logits, so that the [batch, T, V]
     # log-probabilities are never written out (the float32 cast fuses into each reduction).
-    # On an H200 this took ~6 ms off a 95 ms step of the big model; on TF's CPU it is as fast.
     logits = ops.cast(logits, "float32")
     log_normalizer = ops.logsumexp(logits, axis=-1)
     nll = log_normalizer - kernels.take_last_axis(logits, ops.cast(labels, "int32"))

@@ -150,7 +150,8 @@ class Transformer(compat.TrainerFixes, keras.Model):
         """Every attention weight of one teacher-forced pass, for inspection and plots.
 
         The same layers and weights as `call`, asked for their weights by a Python flag, so
-        the graphs traced for training (`call`), search and export are unchanged.
+        the graphs traced for training (`call`), search and export neither compute nor
+        return them.
 
         Args:
             source_ids: int [batch, S], EOS-terminated, PAD-padded.

@@ -199,7 +199,9 @@ def batches_per_pass(run: RunDir, data: RunData, *, batch_tokens: int, max_lengt
     `write_cache`)."""
     key = f"batch_tokens={batch_tokens},max_length={max_length},multiple={batch_multiple}," \
           f"vocab={data.tokenizer.vocab_size}"
-    if bucket_growth != DEFAULT_BUCKET_GROWTH:  # keys written before the grid stay valid
+    # The default growth adds nothing to the key, so counts cached without a growth field
+    # still match.
+    if bucket_growth != DEFAULT_BUCKET_GROWTH:
         key += f",growth={bucket_growth}"
     if pack_length:
         key += f",pack={pack_length}"

@@ -414,7 +414,7 @@ def builtin_pairs(split: str = "train", n: int | None = None,
 
 @functools.lru_cache(maxsize=8)
 def _generated(split: str, count: int, seed: int) -> tuple[tuple[str, str], ...]:
-    # A run reads its training split twice (the scan, then the stream): generating it takes
-    # ~2 s of pure Python, so it is generated once per process.
+    # A run reads its training split twice (the scan, then the stream), and generating it is
+    # slow pure Python, so it is generated once per process.
     pairs = iter_pairs(split, seed)
     return tuple(next(pairs) for _ in range(count))

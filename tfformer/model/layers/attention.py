@@ -133,8 +133,9 @@ class MultiHeadAttention(keras.layers.Layer):
         cache_index: None (a cache grown by concat), or the position at which to write the new
             keys/values into a fixed-capacity cache.
         return_attention_scores: also return the attention weights [batch, h, T_q, T_k] (as
-            `keras.layers.MultiHeadAttention` does), last in the returned tuple. A Python flag:
-            the default traces the same graph as before, so training and export are unchanged.
+            `keras.layers.MultiHeadAttention` does), last in the returned tuple. A Python flag,
+            so that a graph traced without it (training, export) neither computes nor returns
+            the weights, and may take the fused attention.
         training: whether dropout is active.
 
     Returns:

@@ -41,8 +41,8 @@ def affine(rows, kernel, bias=None):
     """rows [n, in] @ kernel [in, out] (+ bias [out]), in the rows' dtype (mixed precision).
 
     Kept 2-D on purpose: TensorFlow's oneDNN fuses MatMul + BiasAdd (+ Relu) into one kernel,
-    which it cannot do for the Tensordot that a 3-D input produces; in a one-token decoding step
-    the fused kernel is ~2.5x cheaper per call.
+    which it cannot do for the Tensordot that a 3-D input produces; the fused kernel saves most
+    in a one-token decoding step, where the per-op overhead dominates.
     """
     if ON_TENSORFLOW:
         output = tf.matmul(rows, tf.cast(kernel, rows.dtype))
@@ -98,9 +98,9 @@ def _one_query_row(x) -> bool:
 
 
 # bfloat16, one query row: from this many elements of `b` (the keys or values of a step) on,
-# oneDNN's BatchMatMulV2 beats Eigen's V3, whose bf16 cost grows ~2.5x faster per element.
-# Measured on AVX512_BF16 (2 threads): V3 wins up to 164K elements (32 rows x 4 heads x 40
-# positions x 32), V2 from 327K (16 x 8 x 40 x 64) and by 2-2.6x at 128 x 8 x 40 x 64.
+# oneDNN's BatchMatMulV2 beats Eigen's V3: V2 has a fixed cost per call, while Eigen's bf16 V3
+# costs more per element, so V3 wins on small steps and V2 on large ones (a batch, a beam).
+# 2^18 lies between the sizes at which each wins on an AVX512_BF16 CPU.
 BF16_ONEDNN_FROM = 1 << 18
 
 
@@ -108,9 +108,9 @@ def batch_matmul(a, b, transpose_b: bool = False):
     """[..., m, k] x [..., k, n] (or [..., n, k] with transpose_b).
 
     TensorFlow: as BatchMatMulV3 when m is 1 (a decoding step). TF's oneDNN graph rewrite turns
-    BatchMatMulV2 (what tf.matmul emits) into a kernel with a fixed cost of ~25-50 us per call,
-    which dominates a one-token step; it leaves BatchMatMulV3 to Eigen, ~6x faster there (but
-    slower on the square blocks of training). Both are core TF ops, which stock TF Serving
+    BatchMatMulV2 (what tf.matmul emits) into a kernel with a fixed cost per call, which
+    dominates a one-token step; it leaves BatchMatMulV3 to Eigen, faster there (but slower on
+    the square blocks of training). Both are core TF ops, which stock TF Serving
     has. The CPU has no float16 V3 kernel. In bfloat16 Eigen's V3 is slow per element, so a
     step over large keys/values (a batch of sentences, a beam) takes oneDNN's V2 instead:
     chosen as the graph runs (`BF16_ONEDNN_FROM`), since the batch size is known only then.
@@ -135,8 +135,8 @@ def softmax(scores):
     """Softmax over the last axis.
 
     TensorFlow: written out when there is one query row (a decoding step): oneDNN's Softmax
-    kernel costs ~35-50 us per call on such a row, the five element-wise ops ~10 us. Elsewhere
-    the fused op is faster and has a fused gradient.
+    kernel has a fixed cost per call that exceeds the five element-wise ops on such a row.
+    Elsewhere the fused op is faster and has a fused gradient.
     """
     if ON_TENSORFLOW and _one_query_row(scores):
         exponentials = tf.exp(scores - tf.reduce_max(scores, axis=-1, keepdims=True))
