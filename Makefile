@@ -28,24 +28,42 @@ PYTEST := -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 .PHONY: demo test install compat notf clean
 
+# Virtualenvs are cached per machine, keyed by a hash of the Python version and their pins.
+VENV_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/tfformer/venvs
+pins_hash = $(shell $(PYTHON) -c 'import hashlib, sys; \
+	print(hashlib.sha256((sys.version + " $(strip $(1))").encode()).hexdigest()[:16])')
+# The pins of .venv are setup.cfg's and setup.py's.
+METADATA_HASH := $(shell cat setup.cfg setup.py | $(PYTHON) -c \
+	'import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())')
+TEST_CACHED := $(VENV_CACHE)/test-$(call pins_hash,$(METADATA_HASH))
+# Copies a venv as hard links where the file system allows (instant), else as files.
+copy_venv = cp -al $(1) $(2) 2>/dev/null || { rm -rf $(2) && cp -a $(1) $(2); }
+
+# A new .venv starts as a copy of the cached one with the test dependencies when there is one,
+# so that pip then finds them installed and only installs tfformer itself from this clone.
 $(PY):
-	$(PYTHON) -m venv $(VENV)
+	if [ -f $(TEST_CACHED)/.installed ]; then \
+		$(call copy_venv,$(TEST_CACHED),$(VENV)) && rm -f $(VENV)/.installed*; \
+	else $(PYTHON) -m venv $(VENV); fi
 
 # Re-install whenever the package metadata changes.
 $(VENV)/.installed: setup.cfg setup.py | $(PY)
 	$(PY) $(PIP) install -e .
 	touch $@
 
+# The first test venv of these pins on a machine is kept, without tfformer, as the cache.
 $(VENV)/.installed-test: $(VENV)/.installed
 	$(PY) $(PIP) install -e '.[test,torch]'
 	touch $@
+	if [ ! -f $(TEST_CACHED)/.installed ]; then \
+		mkdir -p $(VENV_CACHE) && rm -rf $(TEST_CACHED) $(TEST_CACHED).tmp && \
+		$(call copy_venv,$(VENV),$(TEST_CACHED).tmp) && rm -f $(TEST_CACHED).tmp/.installed* && \
+		$(TEST_CACHED).tmp/bin/python $(PIP) uninstall -y tfformer && \
+		mv $(TEST_CACHED).tmp $(TEST_CACHED) && touch $(TEST_CACHED)/.installed; \
+	fi
 
 # The compat and no-TensorFlow venvs hold pinned packages only (tfformer runs from the source
-# tree there), so every clone on a machine shares one copy of each, built once in a cache keyed
-# by a hash of the Python version and the pins: a clone links it instead of installing again.
-VENV_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/tfformer/venvs
-pins_hash = $(shell $(PYTHON) -c 'import hashlib, sys; \
-	print(hashlib.sha256((sys.version + " $(strip $(1))").encode()).hexdigest()[:16])')
+# tree there), so every clone on a machine links one shared copy of each.
 COMPAT_CACHED := $(VENV_CACHE)/compat-$(call pins_hash,$(COMPAT_PACKAGES))
 NOTF_CACHED := $(VENV_CACHE)/notf-$(call pins_hash,$(NOTF_PACKAGES))
 
