@@ -1,39 +1,55 @@
-"""The READMEs cannot rot: every fenced block of README.md, training/README.md and
-serving/README.md is executed here, or listed as excepted with the reason.
+"""The docs cannot rot: every fenced block of README.md, training/README.md, serving/README.md
+and docs/*.md is executed here, or excepted with the reason.
 
-`REGISTRY` holds, per file and in document order, the exact text of every fenced block and how
-it runs:
+How a block runs is written in the Markdown itself, in an HTML comment (invisible on GitHub)
+just before the block's fence:
 
-* `Sh`: each command of the block (`\\` continuations joined, comment lines skipped) runs through
-  `bash -c` with its `Cmd`: substitutions (each must match the command exactly once), flags
-  appended before the trailing comment, and a check of what the command did, not only its exit
-  status. A `Cmd(serve=True)` starts in the background on a free port and answers before the next
-  command runs; "{server}" in a substitution is the address of the server started last, "{rest}"
-  its REST API's (`--rest-api-port`), "{free_port}" a port nothing listens on.
-* `Py`: the snippet, after its substitutions, runs with `.venv/bin/python`, followed in the same
-  process by checks of the objects it promises.
-* `Excepted`: not executed (Docker and its TF Serving, output examples, a diagram); the
-  reason is given, and some are checked statically.
+    <!-- test: sh
+    default_train append="--steps 5 --steps-per-epoch 1"    # one line per command of the block
+    output_lines count=1 sub="127.0.0.1:8500 => {server}"
+    serve append="--port 0"
+    -->
+    <!-- test: python check=client sub='server="127.0.0.1:8500" => server="{server}"' -->
+    <!-- test: excepted check=rest_answer
+    the reason, in words (any number of lines)
+    -->
 
-The fast tests fail when a block is added, removed or changed without updating the registry, when
-a substitution no longer matches, and when an inline `tfformer-... ARGS` command of the prose is
-neither in an executed block nor whitelisted. The slow tests run each README's blocks in document
-order in one work directory laid out like the repository root (`.venv` and `training/` linked,
-small data files written by the test, a fake `../shared/data/bible-es-en/`, a fake
-`tensorflow_datasets` on PYTHONPATH: tests/fake_tfds/), since later blocks use earlier outputs:
-train -> evaluate -> export -> serve -> translate. The settings are small: short runs, and a few
-sentences of the built-in corpus as data.
+* `sh`: each command of the block (`\\` continuations joined, comment lines skipped) runs through
+  `bash -c`, then the check named first on its line (`SH_CHECKS`, with the line's other
+  `key=value` words as its arguments) checks what the command did, not only its exit status.
+  `run` checks the exit status only; `serve` starts the command in the background on a free port
+  and waits until it answers. `sub="OLD => NEW"` (each must match the command exactly once;
+  `\\n` in NEW is a newline) and `append="FLAGS"` (added before the trailing comment) adapt the
+  command to small settings. "{server}" is the address of the server started last, "{rest}" its
+  REST API's (`--rest-api-port`), "{free_port}" a port nothing listens on. A marker line
+  starting with `#` is a comment.
+* `python`: the snippet, after its `sub=`s, runs with `.venv/bin/python`, followed in the same
+  process by the checks `check=NAME` names (`PY_CHECKS`).
+* `excepted`: not executed (Docker and its TF Serving, output examples, a diagram); the rest of
+  the comment is the reason; `check=NAME` (`EXCEPTED_CHECKS`) checks the text statically.
+
+Editing a doc's prose or a block therefore never means editing this file; only a new kind of
+check does. The fast tests fail on a block without a marker, a marker without a block, an unknown
+check or argument, a substitution that no longer matches, and an inline `tfformer-... ARGS`
+command of the prose that is neither in an executed block nor whitelisted. The slow tests run
+each chain of `CHAINS` (docs whose later blocks use what earlier ones left: train -> evaluate ->
+export -> serve -> translate) in document order, one test per chain so that pytest-xdist runs
+them side by side, each in its own work directory laid out like the repository root (`.venv` and
+`training/` linked, small data files written by the test, a fake `../shared/data/bible-es-en/`,
+a fake `tensorflow_datasets` on PYTHONPATH: tests/fake_tfds/). The settings are small: short
+runs, and a few sentences of the built-in corpus as data.
 """
 
 from __future__ import annotations
 
 import csv
 import dataclasses
-import difflib
+import inspect
 import json
 import os
 import queue
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -49,7 +65,17 @@ import pytest
 from tfformer.data.builtin import builtin_pairs
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = ("README.md", "training/README.md", "serving/README.md")
+DOCS = ("README.md", "training/README.md", "serving/README.md",
+        *sorted(f"docs/{page.name}" for page in (ROOT / "docs").glob("*.md")))
+# The docs whose blocks run in one work directory, in this order (later blocks use what earlier
+# ones left). Each chain is one slow test; a doc with an executed block is in exactly one.
+CHAINS = {
+    # serving/README.md's commands use README.md's export and server.
+    "readme": ("README.md", "serving/README.md"),
+    "recipes": ("training/README.md",),
+    # docs/deployment.md exports the run that docs/training.md's commands trained.
+    "reference": ("docs/training.md", "docs/deployment.md"),
+}
 FAKE_TFDS = Path(__file__).resolve().parent / "fake_tfds"
 FAKE_TFDS_SIZES = {"train": 48, "validation": 6}  # tests/fake_tfds/tensorflow_datasets
 
@@ -58,11 +84,13 @@ TRAIN_PAIRS, DEV_PAIRS, TEST_PAIRS = 24, 4, 6
 BIBLE_TRAIN_PAIRS, BIBLE_DEV_PAIRS = 48, 6
 INPUT_LINES = ["Hola.", "", "Una hermana visita el puente azul."]  # a blank line is translated too
 
+
 # ---------------------------------------------------------------------------------------------
-# Markdown: fenced blocks and inline code spans
+# Markdown: fenced blocks, their markers, and the prose
 # ---------------------------------------------------------------------------------------------
 
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
+MARKER = re.compile(r"<!--\s*test:(?P<body>.*?)-->", re.DOTALL)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,16 +99,41 @@ class Fenced:
     text: str
     line: int  # of the opening fence, 1-based
     indented: bool
+    marker: str | None  # the body of the `<!-- test: ... -->` comment just before the fence
 
 
-def parse_markdown(markdown: str) -> tuple[list[Fenced], str]:
-    """The fenced blocks of a Markdown text, and the text outside them (the prose)."""
-    blocks, prose = [], []
+@dataclasses.dataclass(frozen=True)
+class Page:
+    blocks: list[Fenced]
+    prose: str  # the text outside the blocks and the markers
+    stray_markers: list[int]  # lines of markers that no fence follows
+
+
+def parse_markdown(markdown: str) -> Page:
+    """The fenced blocks of a Markdown text with their markers, and the prose. A marker belongs
+    to the fence that follows it with nothing but blank lines between."""
+    blocks, prose, stray = [], [], []
     lines = markdown.split("\n")
+    pending: tuple[int, str] | None = None  # (line, body) of the last marker
     i = 0
     while i < len(lines):
+        if lines[i].lstrip().startswith("<!--"):
+            end = i
+            while end < len(lines) and "-->" not in lines[end]:
+                end += 1
+            comment = "\n".join(lines[i:end + 1])
+            found = MARKER.fullmatch(comment.strip())
+            if found:
+                if pending:
+                    stray.append(pending[0])
+                pending = (i + 1, found["body"])
+                i = end + 1
+                continue
         opening = FENCE.match(lines[i])
         if not opening:
+            if pending and lines[i].strip():
+                stray.append(pending[0])
+                pending = None
             prose.append(lines[i])
             i += 1
             continue
@@ -93,9 +146,12 @@ def parse_markdown(markdown: str) -> tuple[list[Fenced], str]:
             raise ValueError(f"line {i + 1}: fenced block never closed")
         info = opening["info"].strip()
         blocks.append(Fenced(info.split()[0] if info else "", "\n".join(lines[i + 1:end]),
-                             i + 1, bool(opening["indent"])))
+                             i + 1, bool(opening["indent"]), pending[1] if pending else None))
+        pending = None
         i = end + 1
-    return blocks, "\n".join(prose)
+    if pending:
+        stray.append(pending[0])
+    return Page(blocks, "\n".join(prose), stray)
 
 
 INLINE_CODE = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.DOTALL)
@@ -169,43 +225,114 @@ def substitute(text: str, subs: dict[str, str], where: str) -> str:
         count = text.count(old)
         if count != 1:
             pytest.fail(f"{where}: substitution {old!r} matches {count} times, not exactly once; "
-                        f"update REGISTRY in tests/test_docs.py to the README\n{text}")
+                        f"update the marker before the block\n{text}")
         text = text.replace(old, new)
     return text
 
 
 # ---------------------------------------------------------------------------------------------
-# The registry's kinds of blocks
+# The markers: how each block runs
 # ---------------------------------------------------------------------------------------------
 
-Check = Callable[["DocRun", subprocess.CompletedProcess], None]
+Check = Callable[..., None]  # (doc: DocRun, result: CompletedProcess, **arguments from the marker)
+SH_CHECKS: dict[str, Check] = {}
+EXCEPTED_CHECKS: dict[str, Callable[[str], None]] = {}
+
+
+def sh_check(function: Check) -> Check:
+    """Registers a check of a shell command under its name without `check_`."""
+    SH_CHECKS[function.__name__.removeprefix("check_")] = function
+    return function
+
+
+def excepted_check(function: Callable[[str], None]) -> Callable[[str], None]:
+    """Registers a static check of an excepted block's text under its name without `check_`."""
+    EXCEPTED_CHECKS[function.__name__.removeprefix("check_")] = function
+    return function
+
+
+class MarkerError(Exception):
+    pass
+
+
+def options(words: list[str], where: str) -> tuple[dict[str, str], dict[str, str]]:
+    """`key=value` words: the substitutions (`sub="OLD => NEW"`, in order) and the others."""
+    subs, rest = {}, {}
+    for word in words:
+        key, equals, value = word.partition("=")
+        if not equals:
+            raise MarkerError(f"{where}: {word!r} is not key=value")
+        if key == "sub":
+            old, arrow, new = value.partition(" => ")
+            if not arrow or not old:
+                raise MarkerError(f"{where}: sub={value!r} is not \"OLD => NEW\"")
+            if old in subs:
+                raise MarkerError(f"{where}: two substitutions of {old!r}")
+            subs[old.replace("\\n", "\n")] = new.replace("\\n", "\n")
+        elif key in rest:
+            raise MarkerError(f"{where}: {key}= given twice")
+        else:
+            rest[key] = value
+    return subs, rest
+
+
+def marker_lines(body: str) -> list[str]:
+    """The marker's lines after the first, without blank and `#` comment lines."""
+    return [line for line in body.split("\n")[1:] if line.strip()
+            and not line.lstrip().startswith("#")]
 
 
 @dataclasses.dataclass
 class Cmd:
     """How one command of an `Sh` block runs (see the module docstring)."""
 
-    check: Check | None = None
+    check: str  # a name of SH_CHECKS, "run" or "serve"
+    arguments: dict[str, str] = dataclasses.field(default_factory=dict)
     subs: dict[str, str] = dataclasses.field(default_factory=dict)
     append: str = ""
-    serve: bool = False
+
+    @property
+    def serve(self) -> bool:
+        return self.check == "serve"
+
+    @classmethod
+    def parse(cls, line: str, where: str) -> "Cmd":
+        words = shlex.split(line, comments=True)
+        subs, rest = options(words[1:], where)
+        append = rest.pop("append", "")
+        command = cls(words[0], rest, subs, append)
+        if command.check in ("run", "serve"):
+            if rest:
+                raise MarkerError(f"{where}: {command.check} takes no arguments, got {rest}")
+        elif command.check not in SH_CHECKS:
+            raise MarkerError(f"{where}: unknown check {command.check!r}; the checks of "
+                              f"tests/test_docs.py are {sorted(SH_CHECKS)}")
+        else:
+            try:
+                inspect.signature(SH_CHECKS[command.check]).bind(None, None, **rest)
+            except TypeError as error:
+                raise MarkerError(f"{where}: check {command.check!r}: {error}") from None
+        return command
 
     def prepare(self, command: str, where: str) -> str:
         command = substitute(command, self.subs, where)
         return append_flags(command, self.append) if self.append else command
+
+    def verify(self, doc: "DocRun", result: subprocess.CompletedProcess) -> None:
+        if self.check not in ("run", "serve"):
+            SH_CHECKS[self.check](doc, result, **self.arguments)
 
 
 @dataclasses.dataclass
 class Sh:
     text: str
     commands: list[Cmd]
-    lang: str = "sh"
 
     def prepared(self, where: str) -> list[tuple[Cmd, str]]:
         commands = split_commands(self.text)
         if len(commands) != len(self.commands):
             pytest.fail(f"{where}: {len(commands)} commands in the block, {len(self.commands)} "
-                        f"in the registry\n{self.text}")
+                        f"lines in its marker\n{self.text}")
         return [(spec, spec.prepare(command, f"{where}, command {i + 1}"))
                 for i, (spec, command) in enumerate(zip(self.commands, commands))]
 
@@ -216,34 +343,84 @@ class Sh:
                 result = doc.start_server(command, where)
             else:
                 result = doc.shell(command, where)
-            if spec.check is not None:
-                spec.check(doc, result)
+            spec.verify(doc, result)
 
 
 @dataclasses.dataclass
 class Py:
     text: str
-    check: str  # Python run after the snippet, in the same process
+    check: str  # a name of PY_CHECKS: Python run after the snippet, in the same process
     subs: dict[str, str] = dataclasses.field(default_factory=dict)
-    lang: str = "python"
 
     def prepared(self, where: str) -> str:
         return substitute(self.text, self.subs, where)
 
     def run(self, doc: "DocRun", where: str) -> None:
         doc.python(doc.fill(self.prepared(where)) + "\n\n# checks (tests/test_docs.py)\n"
-                   + self.check, where)
+                   + PY_CHECKS[self.check], where)
 
 
 @dataclasses.dataclass
 class Excepted:
-    lang: str
     text: str
     reason: str
-    check: Callable[[str], None] | None = None  # a static check of the text (fast test)
+    check: str | None = None  # a name of EXCEPTED_CHECKS
 
     def run(self, doc: "DocRun", where: str) -> None:
         pass
+
+
+SH_LANGS = ("sh", "bash")
+
+
+def block_spec(block: Fenced, where: str) -> Sh | Py | Excepted:
+    """What the block's marker says: raises MarkerError when it is missing or malformed."""
+    if block.marker is None:
+        raise MarkerError(f"{where}: the block has no `<!-- test: ... -->` marker before its "
+                          "fence (see tests/test_docs.py's docstring)")
+    head = block.marker.split("\n")[0].split()
+    kind = head[0] if head else ""
+    if kind == "sh":
+        if block.lang not in SH_LANGS or len(head) > 1:
+            raise MarkerError(f"{where}: `sh` marks a ```sh block, each command on its own line")
+        return Sh(block.text, [Cmd.parse(line, where) for line in marker_lines(block.marker)])
+    if kind == "python":
+        if block.lang != "python":
+            raise MarkerError(f"{where}: `python` marks a ```python block")
+        words = shlex.split(block.marker.split("\n")[0])[1:] + [
+            word for line in marker_lines(block.marker) for word in shlex.split(line)]
+        subs, rest = options(words, where)
+        check = rest.pop("check", None)
+        if rest or check not in PY_CHECKS:
+            raise MarkerError(f"{where}: a python marker takes check=NAME (one of "
+                              f"{sorted(PY_CHECKS)}) and sub=..., got check={check!r} {rest}")
+        return Py(block.text, check, subs)
+    if kind == "excepted":
+        _, rest = options(head[1:], where)
+        check = rest.pop("check", None)
+        if rest or (check is not None and check not in EXCEPTED_CHECKS):
+            raise MarkerError(f"{where}: an excepted marker takes check=NAME (one of "
+                              f"{sorted(EXCEPTED_CHECKS)}), got check={check!r} {rest}")
+        reason = " ".join(" ".join(block.marker.split("\n")[1:]).split())
+        if not reason:
+            raise MarkerError(f"{where}: an excepted block needs its reason")
+        return Excepted(block.text, reason, check)
+    raise MarkerError(f"{where}: unknown kind {kind!r}: sh, python or excepted")
+
+
+def read_page(doc: str) -> Page:
+    return parse_markdown((ROOT / doc).read_text(encoding="utf-8"))
+
+
+def specs(doc: str) -> list[tuple[Fenced, Sh | Py | Excepted]]:
+    """The blocks of a doc and how each runs (fails the test on a bad marker)."""
+    result = []
+    for block in read_page(doc).blocks:
+        try:
+            result.append((block, block_spec(block, f"{doc}:{block.line}")))
+        except MarkerError as error:
+            pytest.fail(str(error))
+    return result
 
 
 # ---------------------------------------------------------------------------------------------
@@ -404,13 +581,10 @@ class DocRun:
         for seconds, what in self.timings:
             print(f"{seconds:6.1f} s  {what}")
 
+
     def run_doc(self, doc: str) -> None:
-        blocks, _ = parse_markdown((ROOT / doc).read_text(encoding="utf-8"))
-        assert [(b.lang, b.text) for b in blocks] == \
-            [(e.lang, e.text.rstrip("\n")) for e in REGISTRY[doc]], \
-            f"{doc} differs from REGISTRY: see test_every_fenced_block_is_in_the_registry_in_order"
-        for block, entry in zip(blocks, REGISTRY[doc]):
-            entry.run(self, f"{doc}:{block.line}")
+        for block, spec in specs(doc):
+            spec.run(self, f"{doc}:{block.line}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -451,24 +625,22 @@ def tfds_loads(doc: DocRun) -> set[str]:
     return set(doc.tfds_log.read_text().splitlines()) if doc.tfds_log.exists() else set()
 
 
-def output_lines(count: int) -> Check:
-    def check(doc: DocRun, result: subprocess.CompletedProcess) -> None:
-        lines = result.stdout.split("\n")
-        assert lines[-1] == "" and len(lines) - 1 == count, \
-            f"expected {count} output line(s), got {result.stdout!r}"
-    return check
-
-
-# The base model with 1 + 1 layers: its 6 + 6 take 45 s more to trace on this CPU. The widths
-# stay the paper's base (d_model 512, 8 heads, d_ff 2048).
-BASE_ONE_LAYER = "--set num_encoder_layers=1 --set num_decoder_layers=1"
+@sh_check
+def check_output_lines(doc: DocRun, result, count: str) -> None:
+    lines = result.stdout.split("\n")
+    assert lines[-1] == "" and len(lines) - 1 == int(count), \
+        f"expected {count} output line(s), got {result.stdout!r}"
 
 
 def is_base_model_of_one_layer(config: dict) -> bool:
+    """The paper's base widths (d_model 512, 8 heads, d_ff 2048) with 1 + 1 layers: the docs'
+    markers append `--set num_encoder_layers=1 --set num_decoder_layers=1` (6 + 6 layers take
+    45 s more to trace on this CPU)."""
     return (config["d_model"], config["num_heads"], config["d_ff"], config["num_encoder_layers"],
             config["num_decoder_layers"]) == (512, 8, 2048, 1, 1)
 
 
+@sh_check
 def check_default_train(doc: DocRun, result) -> None:
     run = doc.path("runs/tiny-builtin")
     assert last_json(result.stdout)["steps"] == 5
@@ -480,6 +652,7 @@ def check_default_train(doc: DocRun, result) -> None:
     assert is_file(run / "model.keras") and is_file(run / "tokenizer.model")
 
 
+@sh_check
 def check_base_train(doc: DocRun, result) -> None:
     run = doc.path("runs/base")
     assert is_base_model_of_one_layer(read_json(run / "config.json"))
@@ -490,6 +663,7 @@ def check_base_train(doc: DocRun, result) -> None:
     shutil.rmtree(run)  # 1.5 GB of weights, optimizer state and checkpoints
 
 
+@sh_check
 def check_tfds_train(doc: DocRun, result) -> None:
     run = doc.path("runs/tiny-ted")
     name = "ted_hrlr_translate/pt_to_en"
@@ -502,11 +676,13 @@ def check_tfds_train(doc: DocRun, result) -> None:
     assert is_file(run / "model.keras")
 
 
+@sh_check
 def check_average5(doc: DocRun, result) -> None:
     assert is_file(doc.path("runs/tiny-builtin/model-avg5.keras"))
     assert ", ".join(ckpt(epoch) for epoch in range(1, 6)) in result.stderr
 
 
+@sh_check
 def check_eval_tsv(doc: DocRun, result) -> None:
     report = read_json(doc.path("eval/report.json"))
     assert report == last_json(result.stdout)
@@ -518,12 +694,14 @@ def check_eval_tsv(doc: DocRun, result) -> None:
     assert len(hypotheses) == TEST_PAIRS + 1 and hypotheses[-1] == ""
 
 
+@sh_check
 def check_eval_average(doc: DocRun, result) -> None:
     report = last_json(result.stdout)
     assert report["weights"] == "average of " + ", ".join(ckpt(e) for e in range(1, 6))
     assert report["sentences"] == TEST_PAIRS and isinstance(report["bleu"], float)
 
 
+@sh_check
 def check_export(doc: DocRun, result) -> None:
     assert last_json(result.stdout) == {"export_dir": "models/tfformer/1", "version": 1,
                                         "precision": "fp32",
@@ -532,50 +710,50 @@ def check_export(doc: DocRun, result) -> None:
     assert is_file(version / "saved_model.pb") and (version / "variables").is_dir()
 
 
+@sh_check
 def check_eval_export(doc: DocRun, result) -> None:
     report = last_json(result.stdout)
     assert (report["kind"], report["search"]) == ("saved_model", "as exported")
     assert report["sentences"] == TEST_PAIRS and isinstance(report["bleu"], float)
 
 
-def check_ctranslate2(name: str, quantization: str) -> Check:
+@sh_check
+def check_ctranslate2(doc: DocRun, result, name: str, quantization: str) -> None:
     """A CTranslate2 model directory `name`, checked by the export against the model."""
-    def check(doc: DocRun, result) -> None:
-        report = last_json(result.stdout)
-        assert (report["export_dir"], report["quantization"]) == (name, quantization), report
-        assert report["weights"] == "runs/tiny-builtin/model.keras", report
-        assert sorted(os.listdir(doc.path(name))) == [
-            "config.json", "model.bin", "shared_vocabulary.json", "tokenizer.model"]
-        if quantization == "none":
-            assert report["max_log_prob_difference"] < 1e-3, report
-    return check
+    report = last_json(result.stdout)
+    assert (report["export_dir"], report["quantization"]) == (name, quantization), report
+    assert report["weights"] == "runs/tiny-builtin/model.keras", report
+    assert sorted(os.listdir(doc.path(name))) == [
+        "config.json", "model.bin", "shared_vocabulary.json", "tokenizer.model"]
+    if quantization == "none":
+        assert report["max_log_prob_difference"] < 1e-3, report
 
 
-def check_scores(count: int) -> Check:
+@sh_check
+def check_scores(doc: DocRun, result, count: str) -> None:
     """`count` lines of SCORE<TAB>TRANSLATION, SCORE a float."""
-    def check(doc: DocRun, result) -> None:
-        output_lines(count)(doc, result)
-        for line in result.stdout.splitlines():
-            score, tab, _ = line.partition("\t")
-            assert tab and float(score) <= 0, f"not SCORE<TAB>TEXT: {line!r}"
-    return check
+    check_output_lines(doc, result, count)
+    for line in result.stdout.splitlines():
+        score, tab, _ = line.partition("\t")
+        assert tab and float(score) <= 0, f"not SCORE<TAB>TEXT: {line!r}"
 
 
-def check_nbest(k: int) -> Check:
+@sh_check
+def check_nbest(doc: DocRun, result, k: str) -> None:
     """`k` lines of SCORE<TAB>TRANSLATION (one sentence's n-best list), best first."""
-    def check(doc: DocRun, result) -> None:
-        check_scores(k)(doc, result)
-        scores = [float(line.partition("\t")[0]) for line in result.stdout.splitlines()]
-        assert scores == sorted(scores, reverse=True), f"not best first: {result.stdout!r}"
-    return check
+    check_scores(doc, result, k)
+    scores = [float(line.partition("\t")[0]) for line in result.stdout.splitlines()]
+    assert scores == sorted(scores, reverse=True), f"not best first: {result.stdout!r}"
 
 
+@sh_check
 def check_output_tsv(doc: DocRun, result) -> None:
     assert result.stdout == ""
     output = doc.path("output.tsv").read_text(encoding="utf-8")
-    check_scores(len(INPUT_LINES))(doc, subprocess.CompletedProcess("", 0, output, ""))
+    check_scores(doc, subprocess.CompletedProcess("", 0, output, ""), str(len(INPUT_LINES)))
 
 
+@sh_check
 def check_bible_train(doc: DocRun, result) -> None:
     run = doc.path("runs/bible")
     settings = read_json(run / "train_args.json")
@@ -591,11 +769,13 @@ def check_bible_train(doc: DocRun, result) -> None:
     assert is_file(run / "model.keras")
 
 
+@sh_check
 def check_bible_average(doc: DocRun, result) -> None:
     assert is_file(doc.path("runs/bible/model-avg3.keras"))
     assert ", ".join(ckpt(epoch) for epoch in (1, 2, 3)) in result.stderr
 
 
+@sh_check
 def check_bible_evaluate(doc: DocRun, result) -> None:
     report = last_json(result.stdout)
     assert report["test_set"] == "../shared/data/bible-es-en/dev.tsv"
@@ -603,6 +783,7 @@ def check_bible_evaluate(doc: DocRun, result) -> None:
     assert report["weights"] == "average of " + ", ".join(ckpt(e) for e in (1, 2, 3))
 
 
+@sh_check
 def check_wmt14_base(doc: DocRun, result) -> None:
     run = doc.path("runs/base")
     assert {"wmt14_translate/de-en train", "wmt14_translate/de-en validation"} <= tfds_loads(doc)
@@ -619,6 +800,7 @@ def check_wmt14_base(doc: DocRun, result) -> None:
     shutil.rmtree(run)  # the base model's weights, optimizer state and checkpoints
 
 
+@excepted_check
 def check_models_config_excerpt(text: str) -> None:
     """The excerpt is serving/models.config without its comments (same tokens)."""
     config = "\n".join(line for line in (ROOT / "serving/models.config").read_text().split("\n")
@@ -626,6 +808,7 @@ def check_models_config_excerpt(text: str) -> None:
     assert text.split() == config.split(), "serving/README.md's excerpt of models.config differs"
 
 
+@excepted_check
 def check_rest_answer(text: str) -> None:
     from tfformer.contract import OUTPUT_SCORES, OUTPUT_TRANSLATIONS
 
@@ -633,14 +816,13 @@ def check_rest_answer(text: str) -> None:
     assert set(prediction) == {OUTPUT_TRANSLATIONS, OUTPUT_SCORES}
 
 
-LOCAL_REST = {"127.0.0.1:8501": "{rest}"}  # the REST API of the server started last
-
-
+@sh_check
 def check_rest_status(doc: DocRun, result) -> None:
     (status,) = json.loads(result.stdout)["model_version_status"]
     assert (status["state"], status["status"]["error_code"]) == ("AVAILABLE", "OK"), status
 
 
+@sh_check
 def check_rest_metadata(doc: DocRun, result) -> None:
     from tfformer.contract import INPUT_NAME, SIGNATURE_NAMES
 
@@ -649,16 +831,16 @@ def check_rest_metadata(doc: DocRun, result) -> None:
     assert signatures[SIGNATURE_NAMES[0]]["inputs"][INPUT_NAME]["dtype"] == "DT_STRING"
 
 
-def check_rest_predictions(count: int) -> Check:
-    def check(doc: DocRun, result) -> None:
-        predictions = json.loads(result.stdout)["predictions"]
-        assert len(predictions) == count, predictions
-        for prediction in predictions:
-            check_rest_answer(json.dumps({"predictions": [prediction]}))
-            assert isinstance(prediction["translations"], str) and prediction["scores"] <= 0
-    return check
+@sh_check
+def check_rest_predictions(doc: DocRun, result, count: str) -> None:
+    predictions = json.loads(result.stdout)["predictions"]
+    assert len(predictions) == int(count), predictions
+    for prediction in predictions:
+        check_rest_answer(json.dumps({"predictions": [prediction]}))
+        assert isinstance(prediction["translations"], str) and prediction["scores"] <= 0
 
 
+@sh_check
 def check_rest_outputs(doc: DocRun, result) -> None:
     from tfformer.contract import OUTPUT_SCORES, OUTPUT_TRANSLATIONS
 
@@ -667,6 +849,7 @@ def check_rest_outputs(doc: DocRun, result) -> None:
     assert len(outputs[OUTPUT_TRANSLATIONS]) == len(outputs[OUTPUT_SCORES]) == 1, outputs
 
 
+@sh_check
 def check_rest_nbest(doc: DocRun, result) -> None:
     """One sentence's 2 best: [[text, text]] and [[score, score]], best first."""
     from tfformer.contract import OUTPUT_SCORES, OUTPUT_TRANSLATIONS
@@ -677,248 +860,32 @@ def check_rest_nbest(doc: DocRun, result) -> None:
     assert 0 >= scores[0] >= scores[1], outputs
 
 
-# ---------------------------------------------------------------------------------------------
-# The registry: every fenced block of the three files, in document order
-# ---------------------------------------------------------------------------------------------
-
-TRAIN_SMALL = "--steps 5 --steps-per-epoch 1 --dev-sentences 2"  # 5 checkpoints for --average 5
-
-REGISTRY: dict[str, list] = {
-    "README.md": [
-        Excepted("sh", """\
-make demo   # creates .venv, installs tfformer, trains the tiny preset on the built-in corpus
-            # (5-8 min on 2 CPU cores), exports it, translates over gRPC
-make test   # creates .venv (+ a TF 2.20 venv for the serving-compatibility check), runs every test
-""", reason="`make test` is what CI runs (.ci/run); `make demo` trains 400 steps (5-8 minutes) "
-            "and runs what the blocks below run with small settings: tfformer-train with no "
-            "arguments, tfformer-export, a translation over gRPC through the local server"),
-        Sh("""\
-.venv/bin/tfformer-train                                   # tiny preset, built-in data, 400 steps
-.venv/bin/tfformer-train --config base --data tsv:train.tsv,dev.tsv --out runs/base \\
-    --epochs 10 --batch-tokens 25000                       # the paper's base model
-.venv/bin/tfformer-train --data tfds:ted_hrlr_translate/pt_to_en \\
-    --out runs/tiny-ted                                    # needs `pip install -e .[tfds]`
-""", [
-            Cmd(check_default_train, append=TRAIN_SMALL),
-            # One update: the base model's 25000-token step does not fit in 24 GB on a CPU.
-            Cmd(check_base_train, append=BASE_ONE_LAYER,
-                subs={"--epochs 10": "--steps 1", "--batch-tokens 25000": "--batch-tokens 256"}),
-            Cmd(check_tfds_train, append="--steps 2 --steps-per-epoch 2 --dev-sentences 2"),
-        ]),
-        Excepted("sh", """\
-.venv/bin/pip install -e '.[jax]'                           # JAX for the CPU (pinned)
-.venv/bin/tfformer-train --backend jax --out runs/tiny-jax  # or KERAS_BACKEND=jax tfformer-train
-.venv/bin/tfformer-export runs/tiny-jax --model-base-path models --name tfformer-jax
-""", reason="make test installs the jax extra; tests/test_jax_training.py runs tfformer-train "
-            "--backend jax (killed with -9, resumed) and exports that run with the TensorFlow "
-            "path, with small settings: a JAX run here would repeat it in this test"),
-        Sh("""\
-.venv/bin/tfformer-average runs/tiny-builtin --last 5      # -> runs/tiny-builtin/model-avg5.keras
-.venv/bin/tfformer-evaluate runs/tiny-builtin --data test.tsv --beam-size 4 --out eval/
-.venv/bin/tfformer-evaluate runs/tiny-builtin --average 5 --src test.es --ref test.en
-""", [Cmd(check_average5), Cmd(check_eval_tsv), Cmd(check_eval_average)]),
-        Sh("""\
-.venv/bin/tfformer-export runs/tiny-builtin --model-base-path models \\
-    --name tfformer                                          # -> models/tfformer/N
-.venv/bin/tfformer-evaluate models/tfformer --data test.tsv  # the export, searched as exported
-.venv/bin/tfformer-serve --model-base-path models/tfformer   # TF Serving stand-in, 127.0.0.1:8500
-.venv/bin/tfformer-translate "Los tres perros rojos comen manzanas verdes."
-echo "Una hermana visita el puente azul." | .venv/bin/tfformer-translate --scores
-.venv/bin/tfformer-translate --saved-model models/tfformer "Hola."   # in process, no server
-""", [
-            Cmd(check_export),
-            Cmd(check_eval_export),
-            Cmd(serve=True, append="--port 0"),  # kept running for serving/README.md
-            Cmd(output_lines(1), append="--server {server}"),
-            Cmd(check_scores(1), append="--server {server}"),
-            Cmd(output_lines(1)),
-        ]),
-        Sh("""\
-.venv/bin/tfformer-export runs/tiny-builtin --format ctranslate2 --out ct2-model
-.venv/bin/tfformer-export runs/tiny-builtin --format ctranslate2 --out ct2-int8 \\
-    --quantization int8                                      # int8 weights, ~1/4 the size
-""", [Cmd(check_ctranslate2("ct2-model", "none")), Cmd(check_ctranslate2("ct2-int8", "int8"))]),
-        Py("""\
-import ctranslate2
-import sentencepiece
-
-sp = sentencepiece.SentencePieceProcessor(model_file="ct2-model/tokenizer.model")
-translator = ctranslate2.Translator("ct2-model", device="cpu")
-results = translator.translate_batch(
-    [sp.encode("Los tres perros rojos comen manzanas verdes.", out_type=str)],
-    beam_size=4, length_penalty=0.6,
-    min_decoding_length=0, suppress_sequences=[["<pad>"], ["<s>"]])  # as our search
-print(sp.decode(results[0].hypotheses[0]))
-""", check="""\
-assert len(results) == 1 and isinstance(sp.decode(results[0].hypotheses[0]), str)
-assert "</s>" not in results[0].hypotheses[0] and "<pad>" not in results[0].hypotheses[0]
-"""),
-        Py("""\
-import tfformer
-from tfformer.data.batching import make_dataset
-from tfformer.data.builtin import builtin_pairs
-from tfformer.decode.search import beam_search
-from tfformer.data.tokenizer import Tokenizer
-
-pairs = builtin_pairs("train", 2000)      # (Spanish, English) strings; files: tfformer.data.sources
-tokenizer = Tokenizer.train([text for pair in pairs for text in pair], vocab_size=2000)  # §5.1
-dataset, info = make_dataset(pairs, tokenizer, batch_tokens=2048, max_length=64)
-# elements: ((source_ids, target_in_ids), target_out_ids), batched by length (§5.1)
-
-config = tfformer.get_preset("tiny", vocab_size=tokenizer.vocab_size)   # or "base", "big" (Table 3)
-model = tfformer.Transformer(config)
-tfformer.compile_transformer(model)      # label-smoothed loss (§5.4), Adam + Noam schedule (§5.3)
-model.fit(dataset, epochs=1)
-model.save("model.keras")
-
-source_ids = tokenizer.encode_source(["Los tres perros rojos comen manzanas verdes."]).to_tensor()
-tokens, scores = beam_search(model, source_ids, beam_size=4, alpha=0.6)  # [1, 1, T], [1, 1]
-print(tokenizer.detokenize(tokens[:, 0]).numpy(), scores.numpy())
-
-# A whole resumable, kill-safe run from Python (what tfformer-train does):
-from tfformer import run
-from tfformer.train.settings import TrainSettings
-result = run.train("runs/mine", "tiny", TrainSettings(steps=400))       # rerun: continues
-exported = run.export("runs/mine", model_base_path="models")            # models/tfformer/N
-""", subs={"steps=400": "steps=4, dev_sentences=2",
-           "model.fit(dataset, epochs=1)": "model.fit(dataset, epochs=1, steps_per_epoch=4)"},
-        check="""\
+# Python run after a snippet, in its process: the objects the snippet promises.
+PY_CHECKS: dict[str, str] = {
+    'keras_api': """\
 import os
 assert info.num_pairs == len(pairs) == 2000 and model.optimizer.iterations.numpy() == 4
 assert tokens.shape[:2] == (1, 1) and scores.shape == (1, 1) and os.path.isfile("model.keras")
 assert result.step == 4 and os.path.isfile("runs/mine/model.keras")
 assert exported.version == 2 and exported.export_dir == os.path.join("models", "tfformer", "2")
 assert os.path.isfile(os.path.join(exported.export_dir, "saved_model.pb"))
-"""),
-        Excepted("", """\
-tfformer/cli/          train  average  export  serve  translate  demo      (parse, log, exit)
-      |                           |                 |         |
-      v                           v                 v         v
-tfformer/run.py        train() average() export()   tfformer/serving/: server -> service ->
-      |   (run_steps.py, settings.py)                  requests, versions; client
-      v                     |                                  |
-tfformer/export.py  <-------+      (SavedModel writer, op-set and fresh-process checks)
-      |                                                        |
-      v                                                        v
-tfformer/translator.py (tokenizer + model + search)    tfformer/contract.py (signature and
-      |                                                 tensor names, version-directory rule)
-      v
-tfformer/training.py  run_state.py  callbacks.py  tokenizer.py  data/  distribute.py
-                      checkpoints.py  backends.py  files.py  plots.py  attention_maps.py
-      |
-      v
-tfformer/model.py  search.py  eager_search.py  layers/  losses.py  schedule.py  config.py
-                   (layers/kernels.py: the backend-specific fast forms)          run_dir.py
-                                                                                 validate.py
-""", reason="a diagram of the package layout (tests/test_layout.py checks the imports)"),
-    ],
-    "training/README.md": [
-        Sh("""\
-TF_ENABLE_ONEDNN_OPTS=1 .venv/bin/tfformer-train --recipe training/configs/bible-es-en-cpu.json \\
-    --out runs/bible                                      # stops after 30 minutes (max_minutes)
-.venv/bin/tfformer-average runs/bible --last 3           # -> runs/bible/model-avg3.keras
-.venv/bin/tfformer-evaluate runs/bible --average 3 --data ../shared/data/bible-es-en/dev.tsv
-.venv/bin/tfformer-train --recipe training/configs/wmt14-en-de-base.json --out runs/base \\
-    --grad-accum 4                                        # 2 GPUs: keep ~25k tokens per update
-""", [
-            Cmd(check_bible_train, append="--steps 6 --steps-per-epoch 2 --dev-sentences 2"),
-            Cmd(check_bible_average),
-            Cmd(check_bible_evaluate),
-            # One update of 4 micro-batches, which must fit in 24 GB on a CPU.
-            Cmd(check_wmt14_base, append="--steps 1 --steps-per-epoch 4 --batch-tokens 256 "
-                                         "--dev-sentences 1 " + BASE_ONE_LAYER),
-        ]),
-        Py("""\
-from tfformer import run
-from tfformer.train.settings import Recipe, load_config
-
-recipe = Recipe.load("training/configs/bible-es-en-cpu.json")
-result = run.train("runs/bible", load_config(recipe.config, **recipe.overrides), recipe.train)
-averaged = run.average("runs/bible", last=recipe.average_last)   # runs/bible/model-avg3.keras
-""", subs={
-            # The commands above trained runs/bible to update 6: continue it to update 8.
-            "from tfformer import run": "import dataclasses\n\nfrom tfformer import run",
-            "recipe.train)": "dataclasses.replace(recipe.train, steps=8, steps_per_epoch=2, "
-                             "dev_sentences=2))",
-        }, check="""\
+""",
+    'ctranslate2_snippet': """\
+assert len(results) == 1 and isinstance(sp.decode(results[0].hypotheses[0]), str)
+assert "</s>" not in results[0].hypotheses[0] and "<pad>" not in results[0].hypotheses[0]
+""",
+    'recipe_from_python': """\
 import os
 assert recipe.average_last == 3 and recipe.config == "tiny"
 assert result.step == 8 and [row["step"] for row in result.history] == [2, 4, 6, 8]
 assert averaged == os.path.join("runs/bible", "model-avg3.keras") and os.path.isfile(averaged)
 assert os.path.getmtime(averaged) > os.path.getmtime("runs/bible/checkpoints/ckpt-00003.weights.h5")
-"""),
-    ],
-    "serving/README.md": [
-        Excepted("", """\
-model_config_list {
-  config { name: "tfformer" base_path: "/models/tfformer" model_platform: "tensorflow" }
-}
-""", reason="an excerpt of serving/models.config (checked to have the file's tokens)",
-            check=check_models_config_excerpt),
-        Excepted("sh", """\
-docker compose -f serving/docker-compose.yml up -d    # gRPC on 8500, REST on 8501
-docker compose -f serving/docker-compose.yml logs -f  # until "Successfully loaded servable version"
-""", reason="Docker: no Docker and no tensorflow_model_server here or in CI; the server that "
-            "README.md's tfformer-serve started stands in for it on the next gRPC block"),
-        Excepted("sh", """\
-docker run --rm -p 127.0.0.1:8500:8500 -p 127.0.0.1:8501:8501 \\
-  -v "$PWD/models:/models:ro" -v "$PWD/serving/models.config:/config/models.config:ro" \\
-  tensorflow/serving:2.21.0 --model_config_file=/config/models.config \\
-  --file_system_poll_wait_seconds=1
-""", reason="Docker (see above)"),
-        Excepted("sh", """\
-curl -s http://127.0.0.1:8501/v1/models/tfformer
-curl -s -X POST http://127.0.0.1:8501/v1/models/tfformer:predict \\
-  -d '{"signature_name": "serving_default", "instances": ["hola mundo"]}'
-""", reason="TF Serving's REST port 8501 in Docker (see above); the same calls run against "
-            "tfformer-serve --rest-api-port below"),
-        Excepted("json", """\
-{"predictions": [{"translations": "hello world", "scores": -1.73}]}
-""", reason="the answer of the REST call above (checked: valid JSON with the export's output "
-            "names)", check=check_rest_answer),
-        Sh("""\
-tfformer-translate --server 127.0.0.1:8500 "hola mundo"
-""", [Cmd(output_lines(1), subs={"127.0.0.1:8500": "{server}"})]),
-        Sh("""\
-tfformer-serve --model-base-path models/tfformer \\
-    --rest-api-port 8501                  # or: python -m tfformer.cli.serve ...
-""", [Cmd(serve=True, append="--port 0",
-          subs={"--rest-api-port 8501": "--rest-api-port {free_port}"})]),
-        Sh("""\
-curl -s http://127.0.0.1:8501/v1/models/tfformer                # {"model_version_status": [...]}
-curl -s http://127.0.0.1:8501/v1/models/tfformer/metadata       # the signatures
-curl -s -X POST http://127.0.0.1:8501/v1/models/tfformer:predict \\
-  -d '{"instances": ["hola mundo", "buenos días"]}'             # {"predictions": [{...}, {...}]}
-curl -s -X POST http://127.0.0.1:8501/v1/models/tfformer:predict \\
-  -d '{"signature_name": "translate", "inputs": ["hola mundo"]}' # {"outputs": {...}}
-curl -s -X POST http://127.0.0.1:8501/v1/models/tfformer:predict \\
-  -d '{"signature_name": "translate_nbest", "inputs": {"inputs": ["hola mundo"], "k": 2}}'
-# {"outputs": {"translations": [["...", "..."]], "scores": [[-1.73, -2.1]]}}
-""", [Cmd(check_rest_status, subs=LOCAL_REST), Cmd(check_rest_metadata, subs=LOCAL_REST),
-          Cmd(check_rest_predictions(2), subs=LOCAL_REST),
-          Cmd(check_rest_outputs, subs=LOCAL_REST), Cmd(check_rest_nbest, subs=LOCAL_REST)]),
-        Py("""\
-from tfformer.serving.client import translate, TranslationError
-
-translations = translate(["hola mundo"], server="127.0.0.1:8500")
-# [Translation(text='hello world', score=-1.73)]; a failed call raises TranslationError
-""", subs={'server="127.0.0.1:8500"': 'server="{server}"'}, check="""\
+""",
+    'client': """\
 assert len(translations) == 1 and isinstance(translations[0].text, str)
 assert isinstance(translations[0].score, float) and translations[0].score <= 0
 assert issubclass(TranslationError, Exception)
-"""),
-        Sh("""\
-tfformer-translate "hola mundo" "buenos días"                  # one translation per line
-tfformer-translate --scores < input.txt > output.tsv            # stdin: one sentence per line
-tfformer-translate --saved-model models/tfformer "hola mundo"   # in process, highest version
-tfformer-translate --nbest 3 "hola mundo"                       # the 3 best, SCORE<TAB>TEXT each
-""", [
-            Cmd(output_lines(2), append="--server {server}"),
-            Cmd(check_output_tsv, subs={"--scores <": "--scores --server {server} <"}),
-            Cmd(output_lines(1)),
-            Cmd(check_nbest(3), append="--server {server}"),
-        ]),
-    ],
+""",
 }
 
 # Inline code spans of the prose that are commands with arguments but are not run as written.
@@ -934,59 +901,48 @@ INLINE_WHITELIST = {
 
 
 # ---------------------------------------------------------------------------------------------
-# Fast tests: the registry matches the files
+# Fast tests: every block is marked, every marker is well formed and still matches its block
 # ---------------------------------------------------------------------------------------------
 
 
-def _read_blocks(doc: str) -> tuple[list[Fenced], str]:
-    return parse_markdown((ROOT / doc).read_text(encoding="utf-8"))
-
-
-def _describe(lang: str, text: str) -> list[str]:
-    return [f"```{lang}", *text.split("\n"), "```"]
-
-
 @pytest.mark.parametrize("doc", DOCS)
-def test_every_fenced_block_is_in_the_registry_in_order(doc):
-    blocks, _ = _read_blocks(doc)
-    assert not [b.line for b in blocks if b.indented], \
+def test_every_fenced_block_is_marked_and_its_marker_prepares(doc):
+    page = read_page(doc)
+    assert not [b.line for b in page.blocks if b.indented], \
         f"{doc}: fenced blocks must start at column 0 (tests/test_docs.py runs them)"
-    found = [line for b in blocks for line in _describe(b.lang, b.text)]
-    registered = [line for e in REGISTRY[doc] for line in _describe(e.lang, e.text.rstrip("\n"))]
-    if found != registered:
-        diff = "\n".join(difflib.unified_diff(registered, found, "REGISTRY (tests/test_docs.py)",
-                                              doc, lineterm=""))
-        pytest.fail(f"{doc}'s fenced blocks differ from the registry in tests/test_docs.py: "
-                    f"register how each new or changed block runs\n{diff}")
-
-
-@pytest.mark.parametrize("doc", DOCS)
-def test_every_registered_block_prepares_and_excepted_blocks_are_checked(doc):
-    for block, entry in zip(_read_blocks(doc)[0], REGISTRY[doc]):
+    assert not page.stray_markers, \
+        f"{doc}: `<!-- test: ... -->` markers at lines {page.stray_markers} precede no fence"
+    for block, spec in specs(doc):
         where = f"{doc}:{block.line}"
-        if isinstance(entry, Sh):
-            for spec, command in entry.prepared(where):
-                assert not spec.serve or command.startswith((".venv/bin/", "tfformer-")), \
+        if isinstance(spec, Sh):
+            for command, text in spec.prepared(where):
+                assert not command.serve or text.startswith((".venv/bin/", "tfformer-")), \
                     f"{where}: a server command runs under exec, without a VAR= prefix"
-        elif isinstance(entry, Py):
-            compile(entry.prepared(where) + "\n" + entry.check, where, "exec")
-        else:
-            assert entry.reason, f"{where}: an excepted block needs its reason"
-            if entry.check is not None:
-                entry.check(block.text)
+        elif isinstance(spec, Py):
+            compile(spec.prepared(where) + "\n" + PY_CHECKS[spec.check], where, "exec")
+        elif spec.check is not None:
+            EXCEPTED_CHECKS[spec.check](block.text)
+
+
+def test_every_doc_with_executed_blocks_is_in_one_chain():
+    chained = [doc for chain in CHAINS.values() for doc in chain]
+    assert len(chained) == len(set(chained)) and set(chained) <= set(DOCS), CHAINS
+    executed = {doc for doc in DOCS if any(not isinstance(s, Excepted) for _, s in specs(doc))}
+    assert executed <= set(chained), \
+        f"{sorted(executed - set(chained))}: blocks that run, in no chain of CHAINS"
 
 
 def test_inline_commands_are_executed_or_whitelisted():
-    executed = [normalized(entry.text) for doc in DOCS for entry in REGISTRY[doc]
-                if isinstance(entry, (Sh, Py))]
+    executed = [normalized(spec.text) for doc in DOCS for _, spec in specs(doc)
+                if isinstance(spec, (Sh, Py))]
     seen = set()
     for doc in DOCS:
-        for command in inline_commands(_read_blocks(doc)[1]):
+        for command in inline_commands(read_page(doc).prose):
             seen.add(command)
             assert command in INLINE_WHITELIST or \
                 any(normalized(command) in text for text in executed), \
                 (f"{doc}: inline command `{command}` is not run by any test: put it in a fenced "
-                 "block registered in tests/test_docs.py, or whitelist it there with the reason")
+                 "block that runs, or whitelist it in tests/test_docs.py with the reason")
     assert not set(INLINE_WHITELIST) - seen, "stale INLINE_WHITELIST entries"
 
 
@@ -1002,6 +958,41 @@ def test_shell_helpers_split_commands_and_append_before_comments():
         substitute("a a", {"a": "b"}, "here")
 
 
+def _spec_of(markdown: str) -> Sh | Py | Excepted:
+    (block,) = parse_markdown(markdown).blocks
+    return block_spec(block, "doc.md")
+
+
+def test_markers_are_parsed_and_bad_ones_are_caught():
+    good = _spec_of('Text.\n\n<!-- test: sh\n# a comment\noutput_lines count=1 '
+                    'append="--server {server}"\nserve sub="8500 => 0"\n-->\n'
+                    '```sh\ntfformer-translate hi  # c\ntfformer-serve --port 8500\n```\n')
+    assert isinstance(good, Sh) and [c.check for c in good.commands] == ["output_lines", "serve"]
+    assert [text for _, text in good.prepared("doc.md")] == [
+        "tfformer-translate hi --server {server}  # c", "tfformer-serve --port 0"]
+    excepted = _spec_of("<!-- test: excepted\nno Docker\nhere -->\n```sh\ndocker ps\n```")
+    assert isinstance(excepted, Excepted) and excepted.reason == "no Docker here"
+    python = _spec_of("<!-- test: python check=client sub='a => b\\nc' -->\n```python\na\n```")
+    assert isinstance(python, Py) and python.prepared("doc.md") == "b\nc"
+    for markdown, message in [
+        ("```sh\nls\n```", "no `<!-- test: ... -->` marker"),
+        ("<!-- test: sh\nno_such_check\n-->\n```sh\nls\n```", "unknown check 'no_such_check'"),
+        ("<!-- test: sh\noutput_lines count=1 n=1\n-->\n```sh\nls\n```", "unexpected keyword"),
+        ("<!-- test: sh\nrun count=1\n-->\n```sh\nls\n```", "run takes no arguments"),
+        ("<!-- test: excepted -->\n```sh\nls\n```", "needs its reason"),
+        ("<!-- test: python check=nope -->\n```python\npass\n```", "check='nope'"),
+        ("<!-- test: shell\nrun\n-->\n```sh\nls\n```", "unknown kind 'shell'"),
+    ]:
+        with pytest.raises(MarkerError, match=re.escape(message)):
+            _spec_of(markdown)
+    stale = _spec_of('<!-- test: sh\nrun sub="--old => --new"\n-->\n```sh\nls --other\n```')
+    with pytest.raises(pytest.fail.Exception, match="matches 0 times"):
+        stale.prepared("doc.md")
+    with pytest.raises(pytest.fail.Exception, match="2 commands in the block, 1 lines"):
+        _spec_of("<!-- test: sh\nrun\n-->\n```sh\nls\nls\n```").prepared("doc.md")
+    assert parse_markdown("<!-- test: sh\nrun\n-->\nprose\n```sh\nls\n```").stray_markers == [1]
+
+
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 COLAB = "https://colab.research.google.com/github/tfformer/tfformer/blob/main/"
 
@@ -1009,7 +1000,7 @@ COLAB = "https://colab.research.google.com/github/tfformer/tfformer/blob/main/"
 def test_links_point_to_files_of_the_repository():
     """Relative links, and the "Open in Colab" links (notebooks on GitHub's main branch)."""
     for doc in DOCS:
-        for target in LINK.findall(_read_blocks(doc)[1]):
+        for target in LINK.findall(read_page(doc).prose):
             if target.startswith(COLAB):
                 path = ROOT / target[len(COLAB):]
             elif "://" in target or target.startswith(("#", "mailto:")):
@@ -1020,27 +1011,17 @@ def test_links_point_to_files_of_the_repository():
 
 
 # ---------------------------------------------------------------------------------------------
-# Slow tests: each README's blocks, in document order
+# Slow tests: each chain's docs, in document order, in a work directory of its own
 # ---------------------------------------------------------------------------------------------
 
 
 @pytest.mark.slow
-def test_readme_and_serving_readme_run_as_written(tmp_path):
-    """README.md, then serving/README.md on README.md's export and server."""
+@pytest.mark.parametrize("chain", sorted(CHAINS))
+def test_docs_run_as_written(chain, tmp_path):
     doc = DocRun(tmp_path)
     try:
-        doc.run_doc("README.md")
-        doc.run_doc("serving/README.md")
-        doc.stop_servers()
-    finally:
-        doc.finish()
-
-
-@pytest.mark.slow
-def test_training_readme_runs_as_written(tmp_path):
-    doc = DocRun(tmp_path)
-    try:
-        doc.run_doc("training/README.md")
+        for page in CHAINS[chain]:
+            doc.run_doc(page)
         doc.stop_servers()
     finally:
         doc.finish()
