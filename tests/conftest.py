@@ -1,6 +1,10 @@
 """Shared test setup: quiet TensorFlow logs, deterministic seeds, small model configs."""
 
+import fcntl
+import hashlib
+import json
 import os
+import pathlib
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # The numerical tests compare float32 against NumPy's float32 formulas. On a GPU, JAX's default
@@ -44,6 +48,58 @@ def make_run_dir(tmp_path_factory):
         return directory
 
     return make
+
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+# The shared trained run: what `run.train` is given (a part of its cache key).
+TRAINED_RUN = {
+    "config": {"d_model": 64, "num_heads": 4, "d_ff": 128, "num_encoder_layers": 2,
+               "num_decoder_layers": 2, "dropout": 0.0, "max_length": 64},
+    "settings": {"data": "builtin:2000", "steps": 400, "steps_per_epoch": 400,
+                 "batch_tokens": 2048, "vocab_size": 300, "warmup_steps": 200,
+                 "dev_sentences": 0, "seed": 21, "verbose": 0},
+}
+
+
+def trained_run_key() -> str:
+    """The shared trained run's cache key: the package's code, the settings, Keras and TF."""
+    import keras
+    import tensorflow as tf
+
+    key = hashlib.sha256(json.dumps([TRAINED_RUN, keras.__version__, tf.__version__]).encode())
+    for path in sorted((ROOT / "tfformer").rglob("*.py")):
+        key.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    return key.hexdigest()[:16]
+
+
+def train_shared_run(directory: pathlib.Path) -> None:
+    """Trains the shared run as tfformer-train does (`run.train`)."""
+    from tfformer import run
+    from tfformer.train.settings import TrainSettings
+
+    run.train(directory, "tiny", TrainSettings(**TRAINED_RUN["settings"]),
+              TRAINED_RUN["config"])
+
+
+@pytest.fixture(scope="session")
+def trained_run_dir() -> pathlib.Path:
+    """A run directory of a small model that `run.train` trained 400 steps on the built-in
+    corpus: its greedy and beam outputs differ from sentence to sentence and end with
+    EOS of their own accord, which a random model's do not. Trained once per content of the
+    package and TRAINED_RUN, and kept in ~/.cache/tfformer/trained-runs/KEY for every later
+    session and clone; xdist workers wait on a lock for the first one to train it. Tests read
+    it and must not write into it."""
+    cache = pathlib.Path(os.environ.get("XDG_CACHE_HOME", pathlib.Path.home() / ".cache"))
+    runs = cache / "tfformer" / "trained-runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    directory = runs / trained_run_key()
+    with open(runs / f"{directory.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (directory / "model.keras").exists():
+            partial = runs / f"{directory.name}.partial-{os.getpid()}"
+            train_shared_run(partial)
+            partial.rename(directory)
+    return directory
 
 
 @pytest.fixture(scope="module")

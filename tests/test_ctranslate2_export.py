@@ -21,12 +21,10 @@ import tensorflow as tf  # noqa: E402
 
 from tfformer import Transformer, TransformerConfig  # noqa: E402
 from tfformer.cli.export import main as export_main  # noqa: E402
-from tfformer.data.batching import make_dataset  # noqa: E402
 from tfformer.data.builtin import builtin_pairs  # noqa: E402
 from tfformer.data.tokenizer import Tokenizer  # noqa: E402
 from tfformer.decode.search import beam_search, greedy_search  # noqa: E402
 from tfformer.export import ctranslate2 as ct2_export  # noqa: E402
-from tfformer.model.compile_transformer import compile_transformer  # noqa: E402
 from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 
 pytestmark = pytest.mark.slow  # they train or export a model
@@ -53,23 +51,10 @@ def perturb(directory, seed: int) -> None:
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    """A run dir of a small model trained for 400 steps on the built-in corpus (about a minute
-    on 2 cores): its greedy and beam outputs differ from sentence to sentence and end with EOS
-    of their own accord, which a random model's do not."""
-    keras.utils.set_random_seed(21)  # before the tokenizer's tf-text resource exists
-    directory = tmp_path_factory.mktemp("trained")
-    pairs = builtin_pairs("train", n=2000)
-    tokenizer = Tokenizer.train([text for pair in pairs for text in pair], 300)
-    tokenizer.save(directory / "tokenizer.model")
-    dataset, _ = make_dataset(pairs, tokenizer, batch_tokens=2048, max_length=64, repeat=True)
-    model = Transformer(TransformerConfig(vocab_size=tokenizer.vocab_size, d_model=64,
-                                          num_heads=4, d_ff=128, num_encoder_layers=2,
-                                          num_decoder_layers=2, dropout=0.0))
-    compile_transformer(model, warmup_steps=200)
-    model.fit(dataset, epochs=1, steps_per_epoch=400, verbose=0)
-    model.save(directory / "model.keras")
-    return directory
+def run_dir(trained_run_dir):
+    """The shared trained run (tests/conftest.py): outputs that end with EOS of their own accord
+    and differ from sentence to sentence."""
+    return trained_run_dir
 
 
 @pytest.fixture(scope="module")

@@ -67,9 +67,9 @@ def test_the_test_set_takes_the_train_spec_form_too(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def run_and_export(tmp_path_factory, make_run_dir):
-    run = make_run_dir(seed=5, pairs=800, vocab_size=200, d_model=16, num_heads=2, d_ff=32,
-                       num_encoder_layers=1, num_decoder_layers=1)
+def run_and_export(tmp_path_factory, trained_run_dir):
+    """The shared trained run (tests/conftest.py), exported with beam 2, and a dev test set."""
+    run = trained_run_dir
     models = tmp_path_factory.mktemp("models")
     export_saved_model(load_translator(run, beam_size=2, max_output_extra=6), models,
                        "tfformer", 1)
