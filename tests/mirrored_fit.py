@@ -18,7 +18,7 @@ import tensorflow as tf  # noqa: E402
 
 from tests.small_fit import BatchLosses, small_setup  # noqa: E402
 from tfformer import Transformer, compile_transformer  # noqa: E402
-from tfformer.train.callbacks import optimizer_step  # noqa: E402
+from tfformer.train.state import optimizer_step  # noqa: E402
 
 config, dataset, initial_weights = small_setup()
 batches = list(dataset.take(4))

@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import tensorflow as tf
+from tensorflow.autograph.experimental import do_not_convert
 
 from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
@@ -110,6 +111,9 @@ class _Decoder:
         return self.model.reorder_cache(state, rows)
 
 
+# do_not_convert: both searches are graph ops (one tf.while_loop); a tf.function that calls them
+# traces them as they are, without autograph rewriting their Python (or the model's) on the way.
+@do_not_convert
 def greedy_search(model, source_ids: tf.Tensor, max_output_extra: int = 50,
                   use_cache: bool = True) -> SearchResult:
     """Picks the most probable token at each step.
@@ -150,6 +154,7 @@ def greedy_search(model, source_ids: tf.Tensor, max_output_extra: int = 50,
     return SearchResult(prefixes[:, tf.newaxis, 1:], scores[:, tf.newaxis])
 
 
+@do_not_convert
 def beam_search(model, source_ids: tf.Tensor, beam_size: int = 4, alpha: float = 0.6,
                 max_output_extra: int = 50, n_best: int = 1,
                 use_cache: bool = True) -> SearchResult:
