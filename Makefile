@@ -91,6 +91,10 @@ notf: $(NOTF_VENV)/.installed
 demo: $(VENV)/.installed
 	$(PY) -m tfformer.cli.demo
 
+# Test processes keep the bytecode of tfformer's modules (an environment that turns it off would
+# have every subprocess compile the package again).
+unexport PYTHONDONTWRITEBYTECODE
+
 # JAX programs compiled once are reused from disk by the later runs and subprocesses (the JAX
 # run below compiles what the TF run's JAX subprocesses did): same results, less compile time.
 test: export JAX_COMPILATION_CACHE_DIR = $(CURDIR)/.cache/jax

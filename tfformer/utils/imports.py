@@ -15,9 +15,7 @@
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
-import importlib.util
 import sys
 import types
 import warnings
@@ -96,7 +94,9 @@ def _forwarding_module(old: str) -> types.ModuleType:
     return module
 
 
-class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+# The finders and loaders below follow importlib's protocols without subclassing importlib.abc,
+# whose import (importlib.resources, tempfile, ...) would triple `import tfformer`'s time.
+class _MovedModuleFinder:
     """Imports an old module name as a module that forwards to the new one."""
 
     def find_spec(self, fullname, path=None, target=None):
@@ -148,7 +148,7 @@ def _teach_keras() -> None:
     registration.GLOBAL_CUSTOM_OBJECTS = _LazyRegistry(registration.GLOBAL_CUSTOM_OBJECTS)
 
 
-class _KerasImportHook(importlib.abc.MetaPathFinder):
+class _KerasImportHook:
     """Runs `_teach_keras` right after the `keras` package has been imported."""
 
     def find_spec(self, fullname, path=None, target=None):
@@ -170,7 +170,7 @@ class _KerasImportHook(importlib.abc.MetaPathFinder):
         return None
 
 
-class _LoaderWithHook(importlib.abc.Loader):
+class _LoaderWithHook:
     def __init__(self, loader, exec_module):
         self._loader = loader
         self.exec_module = exec_module
