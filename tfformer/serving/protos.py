@@ -20,8 +20,8 @@ supported: that thread could see a placeholder.
 
 from __future__ import annotations
 
+import functools
 import importlib
-import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
@@ -30,10 +30,12 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from tfformer.utils.imports import on_import
+
 _TENSORFLOW = "tensorflow"
 
 
-class _PlaceholderPackages(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+class _PlaceholderPackages:
     """Imports ``tensorflow`` and its subpackages as empty packages (their ``__init__`` is not
     run) with the real ``__path__``, so that their plain modules import as usual."""
 
@@ -64,53 +66,12 @@ class _PlaceholderPackages(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return getattr(getattr(module, "__spec__", None), "loader", None) is self
 
 
-class _Reattach(importlib.abc.MetaPathFinder):
-    """When the real package of a generated module that stayed in ``sys.modules`` is imported
-    later, sets that module as its attribute before the package runs: Python sets a submodule
-    on its parent only when it loads the submodule, and ``tensorflow.core.framework.tensor_pb2``
-    is not loaded again."""
-
-    def __init__(self):
-        self.children: dict[str, dict[str, types.ModuleType]] = {}
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname not in self.children:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None:
-                    spec.loader = _SetChildrenFirst(spec.loader, self.children[fullname])
-                return spec
-        return None
-
-
-class _SetChildrenFirst(importlib.abc.Loader):
-    def __init__(self, loader, children: dict[str, types.ModuleType]):
-        self._loader = loader
-        self._children = children
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module):
-        for name, child in self._children.items():
-            setattr(module, name, child)
-        self._loader.exec_module(module)
-
-    def __getattr__(self, name):
-        return getattr(self._loader, name)
-
-
-def _reattach_hook() -> _Reattach:
-    for finder in sys.meta_path:
-        if isinstance(finder, _Reattach):
-            return finder
-    finder = _Reattach()
-    sys.meta_path.insert(0, finder)
-    return finder
+def _set_children(children: dict[str, types.ModuleType], package: types.ModuleType) -> None:
+    """Sets generated modules that stayed in ``sys.modules`` as attributes of their real package,
+    before it runs: Python sets a submodule on its parent only when it loads the submodule, and
+    ``tensorflow.core.framework.tensor_pb2`` is not loaded again."""
+    for name, child in children.items():
+        setattr(package, name, child)
 
 
 def import_protos(*names: str) -> list[types.ModuleType]:
@@ -131,13 +92,14 @@ def import_protos(*names: str) -> list[types.ModuleType]:
                     if placeholders.is_placeholder(module)}
         for name in packages:
             del sys.modules[name]
-        hook = None
+        children: dict[str, dict[str, types.ModuleType]] = {}
         for name, module in list(sys.modules.items()):
             parent, _, child = name.rpartition(".")
             if parent in packages and module is not None \
                     and not placeholders.is_placeholder(module):
-                hook = hook or _reattach_hook()
-                hook.children.setdefault(parent, {})[child] = module
+                children.setdefault(parent, {})[child] = module
+        for parent, modules in children.items():
+            on_import(parent, before=functools.partial(_set_children, modules))
 
 
 (predict_pb2, prediction_service_pb2_grpc, tensor_pb2, tensor_shape_pb2,

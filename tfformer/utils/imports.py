@@ -19,6 +19,7 @@ import importlib.machinery
 import sys
 import types
 import warnings
+from typing import Callable
 
 # Old dotted module name -> its home now. The old names go in the release after next.
 MOVED_MODULES = {
@@ -148,38 +149,60 @@ def _teach_keras() -> None:
     registration.GLOBAL_CUSTOM_OBJECTS = _LazyRegistry(registration.GLOBAL_CUSTOM_OBJECTS)
 
 
-class _KerasImportHook:
-    """Runs `_teach_keras` right after the `keras` package has been imported."""
+class _ImportHooks:
+    """Runs callables around the next loading of named modules: each `before(module)` ahead of
+    the module's own code, each `after(module)` once it ran (`on_import`)."""
+
+    def __init__(self):
+        self.hooks: dict[str, tuple[list, list]] = {}
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != "keras":
+        if fullname not in self.hooks:
             return None
         for finder in sys.meta_path:
-            if finder is self or isinstance(finder, _KerasImportHook):
+            if finder is self or not hasattr(finder, "find_spec"):
                 continue
-            spec = getattr(finder, "find_spec", lambda *a: None)(fullname, path, target)
-            if spec is not None and spec.loader is not None:
-                exec_module = spec.loader.exec_module
-
-                def exec_then_teach(module, exec_module=exec_module):
-                    exec_module(module)
-                    _teach_keras()
-
-                spec.loader = _LoaderWithHook(spec.loader, exec_then_teach)
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None:
+                    spec.loader = _LoaderAround(spec.loader, *self.hooks.pop(fullname))
                 return spec
         return None
 
 
-class _LoaderWithHook:
-    def __init__(self, loader, exec_module):
+class _LoaderAround:
+    def __init__(self, loader, before: list, after: list):
         self._loader = loader
-        self.exec_module = exec_module
+        self._before = before
+        self._after = after
 
     def create_module(self, spec):
         return self._loader.create_module(spec)
 
+    def exec_module(self, module):
+        for hook in self._before:
+            hook(module)
+        self._loader.exec_module(module)
+        for hook in self._after:
+            hook(module)
+
     def __getattr__(self, name):
         return getattr(self._loader, name)
+
+
+_IMPORT_HOOKS = _ImportHooks()
+
+
+def on_import(name: str, *, before: Callable | None = None,
+              after: Callable | None = None) -> None:
+    """Runs `before(module)` / `after(module)` around the next loading of module `name`."""
+    if _IMPORT_HOOKS not in sys.meta_path:
+        sys.meta_path.insert(0, _IMPORT_HOOKS)
+    befores, afters = _IMPORT_HOOKS.hooks.setdefault(name, ([], []))
+    if before is not None:
+        befores.append(before)
+    if after is not None:
+        afters.append(after)
 
 
 def install() -> None:
@@ -188,5 +211,5 @@ def install() -> None:
         sys.meta_path.insert(0, _MovedModuleFinder())
     if "keras" in sys.modules:
         _teach_keras()
-    elif not any(isinstance(f, _KerasImportHook) for f in sys.meta_path):
-        sys.meta_path.insert(0, _KerasImportHook())
+    elif "keras" not in _IMPORT_HOOKS.hooks:
+        on_import("keras", after=lambda keras: _teach_keras())
