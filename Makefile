@@ -95,17 +95,25 @@ demo: $(VENV)/.installed
 # have every subprocess compile the package again).
 unexport PYTHONDONTWRITEBYTECODE
 
-# JAX programs compiled once are reused from disk by the later runs and subprocesses (the JAX
-# run below compiles what the TF run's JAX subprocesses did): same results, less compile time.
+# JAX programs compiled once are reused from disk by the later runs and subprocesses: same
+# results, less compile time.
 test: export JAX_COMPILATION_CACHE_DIR = $(CURDIR)/.cache/jax
 test: export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS = 0
 test: export JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES = 0
+# The run without TensorFlow goes in one process beside the TensorFlow run: the CPU time that
+# the TensorFlow run's workers leave idle (waiting on subprocesses and servers, its last tests)
+# is enough for it. Its output follows the TensorFlow run's; either failing fails the target.
 test: $(VENV)/.installed-test $(COMPAT_VENV)/.installed $(NOTF_VENV)/.installed
 	$(PY) -m ruff check .
-	TFFORMER_COMPAT_PYTHON=$(abspath $(COMPAT_VENV))/bin/python $(PY) $(PYTEST) \
-		--durations=15 tests
+	mkdir -p .cache
 	KERAS_BACKEND=jax TFFORMER_EXPECT_NO_TENSORFLOW=1 PYTHONPATH=$(CURDIR) \
-		$(NOTF_VENV)/bin/python $(PYTEST) $(BACKEND_TESTS)
+		$(NOTF_VENV)/bin/python -m pytest $(BACKEND_TESTS) > .cache/notf-tests.log 2>&1 & \
+	notf=$$!; \
+	TFFORMER_COMPAT_PYTHON=$(abspath $(COMPAT_VENV))/bin/python $(PY) $(PYTEST) \
+		--durations=15 tests; status=$$?; \
+	wait $$notf; notf_status=$$?; \
+	echo "--- the JAX run without TensorFlow ($(NOTF_VENV)):"; cat .cache/notf-tests.log; \
+	[ $$status -eq 0 ] && [ $$notf_status -eq 0 ]
 
 clean:
 	rm -rf $(VENV) $(COMPAT_VENV) $(NOTF_VENV) .cache/jax build *.egg-info

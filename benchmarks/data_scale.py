@@ -141,8 +141,8 @@ def measure_pipeline(spec: str, out: str, batch_tokens: int, batches: int) -> di
             "peak_rss_mb": round(peak_rss_mb())}
 
 
-def measure_model(spec: str, out: str, batch_tokens: int, steps: int) -> dict:
-    """Seconds per training step of the base model on the pipeline's batches."""
+def measure_model(spec: str, out: str, batch_tokens: int, steps: int, layers: int = 6) -> dict:
+    """Seconds per training step of the base model (N = `layers`) on the pipeline's batches."""
     import keras
 
     from tfformer.config import get_preset
@@ -155,7 +155,8 @@ def measure_model(spec: str, out: str, batch_tokens: int, steps: int) -> dict:
     data = inputs.prepare(RunDir(out), chief=True, spec=spec, skip_bad_lines=False, seed=0,
                             vocab_size=0, vocab_sample=2)
     stream = inputs.training_batches(data, batch_tokens=batch_tokens, max_length=256, seed=1)
-    config = get_preset("base", vocab_size=data.tokenizer.vocab_size)
+    config = get_preset("base", vocab_size=data.tokenizer.vocab_size,
+                        num_encoder_layers=layers, num_decoder_layers=layers)
     model = Transformer(config)
     model.build()
     compile_transformer(model, paper_optimizer(config.d_model))
@@ -173,7 +174,8 @@ def measure_model(spec: str, out: str, batch_tokens: int, steps: int) -> dict:
     tokens = 0
     for (source, _), target in stream.skip(1).take(len(times) - 1):
         tokens += int((source.numpy() != 0).sum() + (target.numpy() != 0).sum())
-    return {"model": "base", "params": model.count_params(), "batch_tokens": batch_tokens,
+    return {"model": "base", "layers": layers, "params": model.count_params(),
+            "batch_tokens": batch_tokens,
             "timed_steps": len(times) - 1, "seconds_per_step": round(seconds, 2),
             "tokens_per_second": round(tokens / (len(times) - 1) / seconds),
             "peak_rss_mb": round(peak_rss_mb())}
@@ -200,6 +202,8 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-tokens", type=int, default=25000, help="paper §5.1: ~25000")
     parser.add_argument("--batches", type=int, default=200, help="timed pipeline batches")
     parser.add_argument("--model-steps", type=int, default=3, help="timed base-model steps")
+    parser.add_argument("--model-layers", type=int, default=6,
+                        help="N of the base model (6: the paper's; fewer for a quick run)")
     parser.add_argument("--model-batch-tokens", type=int, default=4096,
                         help="the base model's batches (25000 do not fit in 24 GB on a CPU)")
     parser.add_argument("--measure", help=argparse.SUPPRESS)
@@ -230,7 +234,8 @@ def main(argv=None) -> int:
                                     batch_tokens=args.batch_tokens, batches=args.batches)
         log(f"pipeline: {pipeline}")
         model = in_fresh_process("model", spec=spec, out=out,
-                                 batch_tokens=args.model_batch_tokens, steps=args.model_steps)
+                                 batch_tokens=args.model_batch_tokens, steps=args.model_steps,
+                                 layers=args.model_layers)
         log(f"model: {model}")
     import tensorflow as tf
 

@@ -16,7 +16,7 @@ def test_data_scale_benchmark_streams_a_generated_corpus(tmp_path):
         [sys.executable, os.path.join(ROOT, "benchmarks", "data_scale.py"), "--pairs", "3000",
          "--shards", "3", "--dir", str(tmp_path), "--vocab-size", "300", "--vocab-sample", "1000",
          "--batch-tokens", "2048", "--batches", "5", "--model-steps", "1",
-         "--model-batch-tokens", "512"],
+         "--model-layers", "1", "--model-batch-tokens", "512"],
         capture_output=True, text=True, timeout=900,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert result.returncode == 0, result.stderr[-3000:]
@@ -29,7 +29,7 @@ def test_data_scale_benchmark_streams_a_generated_corpus(tmp_path):
     pipeline = report["pipeline"]
     assert pipeline["timed_batches"] == 5 and pipeline["batches_per_second"] > 0
     assert pipeline["first_batch_shape"][0] * pipeline["first_batch_shape"][1] <= 2048
-    assert report["base_model"]["timed_steps"] == 1
+    assert report["base_model"]["timed_steps"] == 1 and report["base_model"]["layers"] == 1
     assert report["base_model"]["batch_tokens"] == 512
     assert report["pipeline_vs_base_model"] == pytest.approx(
         pipeline["tokens_per_second"] / report["base_model"]["tokens_per_second"], abs=0.06)
@@ -40,13 +40,14 @@ def test_data_scale_benchmark_streams_a_generated_corpus(tmp_path):
 def test_batch_shapes_benchmark_reports_bounded_shapes_and_compilations():
     result = subprocess.run(
         [sys.executable, os.path.join(ROOT, "benchmarks", "batch_shapes.py"), "--data",
-         "builtin", "--limit", "600", "--vocab-size", "300", "--first", "3", "--more", "2",
-         "--pack-length", "64", "--contenders", "tensorflow,jax,jax_packed"],
+         "builtin", "--limit", "300", "--vocab-size", "300", "--first", "2", "--more", "1",
+         "--pack-length", "64", "--batch-tokens", "1024",
+         "--contenders", "tensorflow,jax,jax_packed"],
         capture_output=True, text=True, timeout=900,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout)
-    assert report["pairs"] == 600 and report["data"] == "builtin"
+    assert report["pairs"] == 300 and report["data"] == "builtin"
     fine, coarse = report["grid"]
     assert (fine["bucket_growth"], coarse["bucket_growth"]) == (1.1, 1.25)
     for grid in (fine, coarse):
@@ -64,9 +65,10 @@ def test_batch_shapes_benchmark_reports_bounded_shapes_and_compilations():
     # JAX compiles its train step once per shape, no more.
     assert 1 <= jax["train_step_compilations"] <= jax["distinct_shapes"]
     assert plain["train_step_compilations"] is None
-    assert plain["first_updates"] == 3 and plain["more_target_tokens_per_second"] > 0
+    assert plain["first_updates"] == 2 and plain["more_target_tokens_per_second"] > 0
     # Packed rows: one shape, one compilation, and less padding than the compiled grid.
     packed, jax_packed = report["packed"], report["training"]["jax_packed"]
-    assert packed["distinct_shapes"] == 1 and list(packed["shapes"]) == ["64x64"]
+    # 1024-token batches of 64-token rows
+    assert packed["distinct_shapes"] == 1 and list(packed["shapes"]) == ["16x64"]
     assert packed["padding"] < coarse["padding"]
     assert jax_packed["distinct_shapes"] == jax_packed["train_step_compilations"] == 1

@@ -70,11 +70,11 @@ DOCS = ("README.md", "training/README.md", "serving/README.md",
 # The docs whose blocks run in one work directory, in this order (later blocks use what earlier
 # ones left). Each chain is one slow test; a doc with an executed block is in exactly one.
 CHAINS = {
-    # serving/README.md's commands use README.md's export and server.
-    "readme": ("README.md", "serving/README.md"),
+    # serving/README.md's commands use README.md's export and server; docs/training.md's first
+    # command is README.md's, rerun on the finished run (a rerun continues, here from its last
+    # step); docs/deployment.md exports that run.
+    "readme": ("README.md", "serving/README.md", "docs/training.md", "docs/deployment.md"),
     "recipes": ("training/README.md",),
-    # docs/deployment.md exports the run that docs/training.md's commands trained.
-    "reference": ("docs/training.md", "docs/deployment.md"),
 }
 FAKE_TFDS = Path(__file__).resolve().parent / "fake_tfds"
 FAKE_TFDS_SIZES = {"train": 48, "validation": 6}  # tests/fake_tfds/tensorflow_datasets
@@ -650,6 +650,9 @@ def check_default_train(doc: DocRun, result) -> None:
     assert read_json(run / "config.json")["d_model"] == 128  # the tiny preset
     assert read_json(run / "data.json")["spec"] == "builtin"
     assert is_file(run / "model.keras") and is_file(run / "tokenizer.model")
+    assert os.listdir(run / "logs" / "train") and os.listdir(run / "logs" / "validation")
+    dev_sources = (run / "dev_sources.txt").read_text(encoding="utf-8").splitlines()
+    assert len(dev_sources) == 16 and all(dev_sources)  # the export's check sentences
 
 
 @sh_check
@@ -796,7 +799,14 @@ def check_wmt14_base(doc: DocRun, result) -> None:
     settings = read_json(run / "train_args.json")
     assert (settings["grad_accum"], settings["mixed_precision"]) == (4, "bf16")
     assert metrics(run) == [(1, 1)]
-    assert is_file(run / "model.keras")
+    import keras
+
+    import tfformer.model.transformer  # noqa: F401  (registers the classes model.keras names)
+
+    model = keras.models.load_model(run / "model.keras")
+    assert model.dtype_policy.name == "mixed_bfloat16"
+    assert model.optimizer.gradient_accumulation_steps == 4
+    assert int(model.optimizer.iterations) == 1
     shutil.rmtree(run)  # the base model's weights, optimizer state and checkpoints
 
 

@@ -72,7 +72,7 @@ def test_notebook_runs_top_to_bottom_and_draws_its_figures(name, tmp_path, monke
         for produced in ("model.keras", "history.png", "model-avg3.keras"):
             assert (run_dir / produced).exists(), produced
         assert (tmp_path / "models" / "tfformer" / "1" / "saved_model.pb").exists()
-        assert "30 updates; last epoch" in output
+        assert "6 updates; last epoch" in output
         # The SavedModel in process and the gRPC call each print one score and text per example.
         for marker in ("saved_model.signatures", "client.translate"):
             [cell] = [c for c in notebook.cells if marker in c.source]
