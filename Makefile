@@ -95,9 +95,11 @@ demo: $(VENV)/.installed
 # have every subprocess compile the package again).
 unexport PYTHONDONTWRITEBYTECODE
 
-# JAX programs compiled once are reused from disk by the later runs and subprocesses: same
+# JAX programs compiled once are reused from disk by later processes, runs and clones on this
+# machine (JAX keys each entry by the program, the compile options and its own version): same
 # results, less compile time.
-test: export JAX_COMPILATION_CACHE_DIR = $(CURDIR)/.cache/jax
+JAX_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/tfformer/jax
+test: export JAX_COMPILATION_CACHE_DIR = $(JAX_CACHE)
 test: export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS = 0
 test: export JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES = 0
 # The run without TensorFlow goes in one process beside the TensorFlow run: the CPU time that
@@ -116,4 +118,4 @@ test: $(VENV)/.installed-test $(COMPAT_VENV)/.installed $(NOTF_VENV)/.installed
 	[ $$status -eq 0 ] && [ $$notf_status -eq 0 ]
 
 clean:
-	rm -rf $(VENV) $(COMPAT_VENV) $(NOTF_VENV) .cache/jax build *.egg-info
+	rm -rf $(VENV) $(COMPAT_VENV) $(NOTF_VENV) .cache build *.egg-info
