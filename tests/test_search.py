@@ -10,11 +10,19 @@ from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 EXTRA = 6
 
 
-def next_log_probs(model, source_row, prefix):
-    """log P(next | prefix) from a full forward pass: no cache, no search code."""
-    logits = model((source_row[None], np.array([prefix], "int32"))).numpy()[0, -1]
-    shifted = logits - logits.max()
-    return shifted - np.log(np.exp(shifted).sum())
+FORWARDS = {}  # id(model) -> the model's forward pass as one tf.function (any batch, length)
+
+
+def next_log_probs(model, source_row, prefixes):
+    """log P(next | prefix) for each prefix (all of one length) from a full forward pass: no
+    cache, no search code."""
+    if id(model) not in FORWARDS:
+        FORWARDS[id(model)] = tf.function(lambda source, target: model((source, target)),
+                                          reduce_retracing=True)
+    sources = np.repeat(source_row[None], len(prefixes), axis=0)
+    logits = FORWARDS[id(model)](sources, np.array(prefixes, "int32")).numpy()[:, -1]
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
 def reference_beam_search(model, source_row, k, alpha, extra):
@@ -25,8 +33,9 @@ def reference_beam_search(model, source_row, k, alpha, extra):
     finished = []
     for t in range(max_length):
         candidates = []
+        steps = next_log_probs(model, source_row, [prefix for prefix, _ in alive])
         for beam, (prefix, log_prob) in enumerate(alive):
-            step = next_log_probs(model, source_row, prefix)
+            step = steps[beam]
             step[[PAD_ID, BOS_ID]] = -np.inf
             if t + 1 >= max_length:
                 step[np.arange(len(step)) != EOS_ID] = -np.inf
