@@ -12,6 +12,7 @@ import json
 import signal
 import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 from concurrent import futures
@@ -36,6 +37,7 @@ from tests.test_server import (
     texts_and_scores,
 )
 from tfformer.cli import serve as serve_cli
+from tfformer.serving import rest as rest_module
 from tfformer.serving import server
 from tfformer.serving.rest import array_to_json
 
@@ -240,6 +242,13 @@ def test_unknown_model_and_version_get_the_grpc_error(handle, stub):
     assert_still_serving(handle)
 
 
+def nested(value, depth: int):
+    """`value` inside `depth` lists."""
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 # TF Serving's REST API reads the JSON against the signature before the Predict call: these
 # errors are its own (json_tensor.cc, http_rest_api_handler.cc), not gRPC's.
 REST_ERRORS = {
@@ -287,6 +296,19 @@ REST_ERRORS = {
     "classify": (f"/v1/models/{MODEL}:classify", {"examples": []}, "POST", 501,
                  "Classify is not implemented by the tfformer model server; use Predict"),
     "outside /v1/": ("/healthz", None, "GET", 404, "Not found: /healthz"),
+    # Hostile bodies: Python's JSON parser gives up on this nesting with a RecursionError.
+    "JSON nested 100,000 levels": (PREDICT, b'{"instances": ' + b"[" * 100_000 + b"]" * 100_000
+                                   + b"}", "POST", 400,
+                                   "JSON Parse error: the document is nested too deeply"),
+    "a value nested 300 levels": (PREDICT, {"instances": nested(["hola"], 300)}, "POST", 400,
+                                  "JSON Value nested 300 levels deep: a tensor has at most 254 "
+                                  "dimensions"),
+    "100,000 instances": (PREDICT, {"instances": ["hola"] * 100_000}, "POST", 400,
+                          "batch size 100000 exceeds the maximum of 64"),
+    "a model name climbing out": ("/v1/models/..%2F..%2Fetc:predict", {"instances": ["a"]},
+                                  "POST", 404, "Servable not found for request"),
+    "a version that is a path": (f"/v1/models/{MODEL}/versions/../1:predict",
+                                 {"instances": ["a"]}, "POST", 400, "Malformed request"),
 }
 
 
@@ -296,6 +318,63 @@ def test_rest_errors_have_tf_serving_status_and_the_server_keeps_serving(handle,
     got_status, answer = rest(handle, path, body, method)
     assert got_status == status and set(answer) == {"error"}
     assert message in answer["error"]
+    assert_still_serving(handle)
+
+
+def raw_exchange(handle, data: bytes, *, send_all: bool = True) -> bytes:
+    """Sends `data` on a plain TCP connection to the REST port and reads until the server closes
+    it (HTTP/1.0); fails on a connection reset."""
+    host, port = handle.rest_address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as connection:
+        connection.sendall(data)
+        if send_all:
+            connection.shutdown(socket.SHUT_WR)
+        received = b""
+        while chunk := connection.recv(65536):
+            received += chunk
+    return received
+
+
+def status_and_answer(response: bytes) -> tuple[int, dict]:
+    head, _, body = response.partition(b"\r\n\r\n")
+    return int(head.split(b" ")[1]), json.loads(body)
+
+
+def test_a_body_over_the_limit_is_read_then_answered_413(handle):
+    """curl, requests and urllib send the whole body before reading the answer: the server reads
+    and drops it, so they see the 413 rather than a reset connection."""
+    size = rest_module.MAX_BODY_BYTES + 1
+    status, answer = rest(handle, PREDICT, b"x" * size)
+    assert status == 413
+    assert answer == {"error": f"request body of {size} bytes exceeds the maximum of "
+                               f"{rest_module.MAX_BODY_BYTES}"}
+    assert_still_serving(handle)
+
+
+def test_hostile_requests_get_an_answer_and_the_server_keeps_serving(handle):
+    request = (f"POST {PREDICT} HTTP/1.1\r\nHost: x\r\nContent-Length: {{length}}\r\n"
+               f"Content-Type: {{type}}\r\n\r\n")
+    # A Content-Length of 1 GB with 10 bytes behind it: answered once the client stops sending.
+    lying = request.format(length=10**9, type="application/json").encode() + b"0123456789"
+    started = time.monotonic()
+    status, answer = status_and_answer(raw_exchange(handle, lying, send_all=False))
+    assert status == 413 and "exceeds the maximum" in answer["error"]
+    assert time.monotonic() - started < 20
+    for length in ("-5", "12abc"):
+        status, answer = status_and_answer(raw_exchange(
+            handle, request.format(length=length, type="application/json").encode()))
+        assert (status, answer) == (400, {"error": f"invalid Content-Length: {length}"})
+    # TF Serving reads the body as JSON whatever its Content-Type.
+    body = json.dumps({"instances": ["hola"]}).encode()
+    status, answer = status_and_answer(raw_exchange(
+        handle, request.format(length=len(body), type="text/plain").encode() + body))
+    assert (status, answer) == (200, {"predictions": [{"translations": "v2:hello",
+                                                       "scores": -4.0}]})
+    # A TLS ClientHello on the plain port: the standard library's answer to a malformed request
+    # line (a page saying "Bad request"), then the connection closes.
+    hello = bytes.fromhex("160301007a0100007603030000000000000000000000000000000000000000000000"
+                          "00000000000000000000000000000000") + b"\x00" * 64
+    assert b"Bad request" in raw_exchange(handle, hello)
     assert_still_serving(handle)
 
 

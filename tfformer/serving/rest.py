@@ -11,7 +11,8 @@ converted, the same errors; the JSON side follows TF Serving (``http_rest_api_ha
 * ``GET /v1/models/NAME[/versions/N]`` (version status), ``GET .../metadata`` (signatures).
 * Errors: ``{"error": "..."}`` with TF Serving's HTTP status for the status code (400 for
   INVALID_ARGUMENT and FAILED_PRECONDITION, 404 NOT_FOUND, 500 INTERNAL, 501 UNIMPLEMENTED);
-  a path outside ``/v1/`` is 404, any other method or path under it 400 ``Malformed request``.
+  a path outside ``/v1/`` is 404, any other method or path under it 400 ``Malformed request``;
+  a body over MAX_BODY_BYTES is 413, answered after the body is read and dropped.
 
 ``RestServer`` serves it over HTTP/1.0 with the standard library's ThreadingHTTPServer.
 """
@@ -48,6 +49,13 @@ from tfformer.serving.service import (
 logger = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
+# A body over the limit is still read, and dropped, before the connection closes (up to this much,
+# and while the client keeps sending): closing a socket with unread data resets the connection,
+# and the client would never read its 413.
+DRAIN_LIMIT_BYTES = 4 * MAX_BODY_BYTES
+DRAIN_TIMEOUT_SECONDS = 2.0
+# TensorFlow's TensorShape::kMaxDimensions: JSON nested deeper cannot be a tensor.
+MAX_RANK = 254
 _INT64_MAX = 2**63 - 1
 
 _REST_PATH = re.compile(r"/v1/.*", re.IGNORECASE)
@@ -101,7 +109,10 @@ def _invalid(message: str) -> ServingError:
 
 def _show(value: Any, limit: int = 200) -> str:
     """A JSON value in an error message (shortened: a request may hold 64 long sentences)."""
-    text = json.dumps(value, ensure_ascii=False)
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except RecursionError:
+        return f"({_json_type(value)} nested too deeply to show)"
     return text if len(text) <= limit else text[:limit] + "..."
 
 
@@ -191,6 +202,9 @@ def json_to_array(value: Any, dtype: int) -> np.ndarray:
                            f"Conversion of JSON Value: {_show(value)} to type: "
                            f"{tf.as_dtype(dtype).name}")
     shape = _dense_shape(value)
+    if len(shape) > MAX_RANK:
+        raise _invalid(f"JSON Value nested {len(shape)} levels deep: a tensor has at most "
+                       f"{MAX_RANK} dimensions")
     values: list = []
     _fill(value, 0, shape, dtype, values)
     numpy_dtype = object if dtype == types_pb2.DT_STRING else tf.as_dtype(dtype).as_numpy_dtype
@@ -319,6 +333,8 @@ def _parse_json(body: bytes) -> dict:
         document = json.loads(body)
     except (UnicodeDecodeError, ValueError) as error:
         raise _invalid(f"JSON Parse error: {error}") from None
+    except RecursionError:
+        raise _invalid("JSON Parse error: the document is nested too deeply") from None
     if not isinstance(document, dict):
         raise _invalid(f"JSON Value: {_show(document)} Is not object")
     return document
@@ -454,7 +470,7 @@ def _handler_class(api: RestApi) -> type[BaseHTTPRequestHandler]:
             if not length.isdigit():
                 status, answer = 400, {"error": f"invalid Content-Length: {length}"}
             elif int(length) > MAX_BODY_BYTES:
-                status, answer = 400, {"error": f"request body of {length} bytes exceeds the "
+                status, answer = 413, {"error": f"request body of {length} bytes exceeds the "
                                                 f"maximum of {MAX_BODY_BYTES}"}
             else:
                 body = self.rfile.read(int(length))
@@ -463,8 +479,27 @@ def _handler_class(api: RestApi) -> type[BaseHTTPRequestHandler]:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))
+            if status == 413:
+                self.send_header("Connection", "close")
             self.end_headers()
             self.wfile.write(payload)
+            if status == 413:
+                self.wfile.flush()
+                self._drain(int(length))
+
+        def _drain(self, length: int) -> None:
+            """Reads and drops up to `length` bytes of a refused body (DRAIN_LIMIT_BYTES at most),
+            until the client stops sending for DRAIN_TIMEOUT_SECONDS."""
+            remaining = min(length, DRAIN_LIMIT_BYTES)
+            self.connection.settimeout(DRAIN_TIMEOUT_SECONDS)
+            try:
+                while remaining > 0:
+                    chunk = self.rfile.read1(min(remaining, 1 << 16))
+                    if not chunk:
+                        break
+                    remaining -= len(chunk)
+            except OSError:  # the timeout, or the client closed its end
+                pass
 
         do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _answer
 
