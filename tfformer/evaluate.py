@@ -15,7 +15,8 @@ from typing import Callable, Sequence
 import sacrebleu
 
 from tfformer.contract import saved_model_dir
-from tfformer.data.sources import DataError, read_tsv
+from tfformer.data.records import DataError
+from tfformer.data.tsv import read_tsv
 from tfformer.decode.batch_translate import translate_in_batches
 
 TranslateBatch = Callable[[list[str]], list[str]]

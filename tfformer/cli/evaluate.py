@@ -44,7 +44,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     start_logging()
-    from tfformer.data.sources import DataError
+    from tfformer.data.records import DataError
     from tfformer.evaluate import (
         load_translate_batch,
         read_test_set,

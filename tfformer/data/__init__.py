@@ -1,14 +1,17 @@
 """The data's way, one stage a module, each using only the ones above it:
 
-* `sources`: data specs, the TSV / TFDS / built-in readers and their line rules (`read_tsv` is
-  the one TSV reader), `DataError`;
+* `records`: pairs as `tf.data` records, the line rules that check them in the graph,
+  `DataError` (file and line);
+* `tsv`, `tfds`: the readers of TSV files (`read_tsv` is the one TSV reader) and of TensorFlow
+  Datasets;
 * `builtin`: the synthetic Spanish→English corpus (`vocabulary` tables, `grammar`);
+* `sources`: data specs and the `Corpus` each names;
 * `scan`: the one ordered pass over the training side (counts, held-out dev, vocabulary sample);
 * `buckets` (no TensorFlow): the grid of batch shapes and the rows per bucket;
 * `packing`: several pairs per row of a fixed length, with segment ids (one batch shape);
+* `tokenizer`: SentencePiece, trained here and run in the graph;
 * `batching`: tokenized in the graph, the token budget, the length-bucketed (or packed)
-  `tf.data` batches;
-* `run_data`: what one training run trains and validates on.
+  `tf.data` batches.
 
 Import the stage you use (`from tfformer.data.batching import make_dataset`): this package
 itself imports nothing, so that `tfformer.data.buckets` and `tfformer.data.builtin` serve

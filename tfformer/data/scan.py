@@ -17,14 +17,8 @@ from typing import Sequence
 import numpy as np
 from tensorflow.autograph.experimental import do_not_convert
 
-from tfformer.data.sources import (
-    Corpus,
-    DataError,
-    ParallelText,
-    checked_batches,
-    holdout_key,
-    utf8_strings,
-)
+from tfformer.data.records import DataError, ParallelText, checked_batches, utf8_strings
+from tfformer.data.sources import Corpus, holdout_key
 from tfformer.utils.checks import check_at_least
 
 HOLDOUT_FRACTION = 0.01  # of TRAIN held out as dev when no DEV file is given...

@@ -25,9 +25,11 @@ from tensorflow.autograph.experimental import do_not_convert
 
 from tfformer.data.batching import BatchStats, make_eval_dataset, make_stream
 from tfformer.data.buckets import DEFAULT_BUCKET_GROWTH
+from tfformer.data.records import ParallelText
 from tfformer.data.scan import scan
-from tfformer.data.sources import Corpus, ParallelText, file_signature, open_corpus, read_tsv
+from tfformer.data.sources import Corpus, open_corpus
 from tfformer.data.tokenizer import Tokenizer
+from tfformer.data.tsv import file_signature, read_tsv
 from tfformer.utils.files import atomic_write_text
 from tfformer.utils.run_dir import RunDir
 

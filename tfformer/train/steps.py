@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from tfformer.config import TransformerConfig
 from tfformer.data.buckets import default_growth
-from tfformer.data.sources import DataError
+from tfformer.data.records import DataError
 from tfformer.model import precision
 from tfformer.model.compile_transformer import compile_transformer
 from tfformer.model.schedule import paper_optimizer

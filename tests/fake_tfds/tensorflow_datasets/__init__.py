@@ -1,7 +1,7 @@
 """A stand-in for TensorFlow Datasets, put on PYTHONPATH by tests/test_docs.py so that the
 READMEs' `tfds:` commands run without a download.
 
-It implements what `tfformer.data.sources.tfds_records` calls: `load(name, split,
+It implements what `tfformer.data.tfds.tfds_records` calls: `load(name, split,
 as_supervised=True, data_dir=None)` returns a `tf.data.Dataset` of (source, target) string
 pairs. Every translation data set is a few pairs of the built-in Spanish->English corpus
 (validation: its dev split).
