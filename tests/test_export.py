@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from tests.test_rest import call
 from tfformer.cli.export import main as export_main
-from tfformer.contract import read_saved_model
+from tfformer.contract import NBEST_SIGNATURE, SIGNATURE_NAMES, read_saved_model
 from tfformer.decode.search import beam_search, greedy_search
 from tfformer.decode.translator import load_translator
 from tfformer.export.saved_model import (
@@ -64,6 +64,38 @@ def test_export_writes_the_tf_serving_layout_and_nothing_else(exported):
     assert path == os.path.join(base, "tfformer", "1")
     assert {"assets", "saved_model.pb", "variables"} <= set(os.listdir(path))
     assert os.listdir(os.path.join(base, "tfformer")) == ["1"]  # no staging dir left
+
+
+def test_export_writes_warmup_requests_that_each_signature_runs(exported, translator):
+    """TF Serving's warmup file, read here with TF Serving's own protos: a Predict request per
+    signature on the first check sentences, each one its signature takes and runs."""
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    _, path = exported
+    records = tf.data.TFRecordDataset(
+        os.path.join(path, "assets.extra", "tf_serving_warmup_requests")).as_numpy_iterator()
+    logs = [prediction_log_pb2.PredictionLog.FromString(record) for record in records]
+    assert [log.WhichOneof("log_type") for log in logs] == ["predict_log"] * len(logs)
+    requests = [log.predict_log.request for log in logs]
+    assert [r.model_spec.signature_name for r in requests] == list(SIGNATURE_NAMES)
+    assert {r.model_spec.name for r in requests} == {"tfformer"}
+    signature_defs = read_saved_model(path).meta_graphs[0].signature_def
+    loaded = tf.saved_model.load(path)
+    for request in requests:
+        name = request.model_spec.signature_name
+        wanted = signature_defs[name].inputs
+        assert set(request.inputs) == set(wanted), name
+        assert all(request.inputs[k].dtype == wanted[k].dtype for k in wanted), name
+        inputs = {k: tf.constant(tf.make_ndarray(v)) for k, v in request.inputs.items()}
+        sentences = [s.decode("utf-8") for s in inputs["inputs"].numpy()]
+        assert sentences == SENTENCES[:2]
+        outputs = loaded.signatures[name](**inputs)
+        if name == NBEST_SIGNATURE:  # the largest k the export takes
+            assert int(inputs["k"]) == translator.beam_size
+            assert outputs["translations"].shape == (2, translator.beam_size)
+        else:
+            assert [t.decode("utf-8") for t in outputs["translations"].numpy()] == \
+                [text for text, _ in translator.translate_texts(sentences)]
 
 
 def test_fresh_process_reload_reproduces_translations(exported, translator):

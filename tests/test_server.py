@@ -43,7 +43,8 @@ from tensorflow_serving.apis import (
 )
 
 from tfformer.cli import translate as translate_cli
-from tfformer.serving import client, requests, server
+from tfformer.export.warmup import WARMUP_FILE, warmup_requests, write_warmup_requests
+from tfformer.serving import client, requests, server, versions
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = "tfformer"
@@ -530,6 +531,41 @@ def test_new_version_is_picked_up_and_a_broken_one_is_not(tmp_path, caplog):
             assert served() == (2, ["v2:hello"])
     finally:
         running.stop(grace=1)
+
+
+def test_a_version_replays_its_warmup_requests_before_it_serves(tmp_path, caplog):
+    caplog.set_level("INFO", logger="tfformer.serving")
+    base = tmp_path / MODEL
+    write_standin(base / "1", 1)
+    write_warmup_requests(base / "1", warmup_requests(MODEL, ["hola"], STANDIN_BEAM))
+    with server.start_server(str(base), MODEL, port=0, poll_seconds=0) as running:
+        assert running.manager.current.warmup_requests == 3
+        assert "Serving servable tfformer version 1 after 3 warmup request(s)" in caplog.text
+        with grpc.insecure_channel(running.address) as channel:
+            stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+            assert texts_and_scores(stub.Predict(predict_request(["hola"]), timeout=10))[0] \
+                == ["hello"]
+
+
+@pytest.mark.parametrize("case", ["k over the beam", "unknown signature", "not TFRecords"])
+def test_a_warmup_request_that_fails_fails_the_load(tmp_path, case):
+    """As in TF Serving: the requests run on the model, and the version does not serve when one
+    fails."""
+    version = tmp_path / "1"
+    write_standin(version, 1)
+    requests = warmup_requests(MODEL, ["hola"], STANDIN_BEAM + (case == "k over the beam"))
+    if case == "unknown signature":
+        requests[0].model_spec.signature_name = "nope"
+    write_warmup_requests(version, requests)
+    if case == "not TFRecords":
+        (version / WARMUP_FILE).write_bytes(b"not a TFRecord file")
+    message = {"k over the beam": r"(?s)warmup request 3 \(translate_nbest\) failed: .*k must be "
+                                  r"between 1 and the beam size \(3\)",
+               "unknown signature": r"warmup request 1 names signature 'nope', which the "
+                                    r"SavedModel lacks",
+               "not TFRecords": r"tf_serving_warmup_requests: not a TFRecord file"}[case]
+    with pytest.raises(ValueError, match=message):
+        versions.load_version(str(version), 1)
 
 
 def test_start_server_without_a_version_fails_clearly(tmp_path):

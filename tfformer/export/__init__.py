@@ -1,6 +1,7 @@
 """Writing a run for deployment: the SavedModel that TF Serving runs (`saved_model`: signatures,
-op-set and fresh-process checks) and the CTranslate2 model directory (`ctranslate2`). The
-serving contract they keep is `tfformer.contract`.
+op-set and fresh-process checks; `warmup`: the requests TF Serving replays on loading it) and the
+CTranslate2 model directory (`ctranslate2`). The serving contract they keep is
+`tfformer.contract`.
 
 `from tfformer.export import export_saved_model` (and the other names of `saved_model`) load
 that module, and TensorFlow, when first used.

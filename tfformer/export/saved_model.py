@@ -30,6 +30,11 @@ from tfformer.contract import (
     read_saved_model,
 )
 from tfformer.decode.translator import Translator
+from tfformer.export.warmup import warmup_requests, write_warmup_requests
+
+# Sentences of each warmup request (the first check sentences): a short request per signature
+# is enough for TF Serving to run each one once before it serves.
+WARMUP_SENTENCES = 2
 
 
 class ExportError(RuntimeError):
@@ -121,11 +126,14 @@ def export_saved_model(translator: Translator, model_base_path: str | os.PathLik
     """Writes `model_base_path/name/version/` (the layout TF Serving watches) and checks it.
 
     Signatures: `serving_default` and `translate` (the best hypothesis), `translate_nbest` (the
-    k best; see `tfformer.contract`). Checks: every op is one stock TF Serving has (`check_ops`),
-    and, for `check_sentences`, a fresh process that imports only tensorflow and tensorflow_text
-    translates exactly as the in-memory `translator` does, its whole n-best list included. A
-    failed check removes nothing but raises ExportError, and the version directory is only
-    renamed into place once it passed, so TF Serving never loads it.
+    k best; see `tfformer.contract`). Warmup: one request per signature on the first check
+    sentences (an empty sentence without them) in `assets.extra/` (`tfformer.export.warmup`),
+    which TF Serving and `tfformer-serve` replay before the version serves. Checks: every op
+    is one stock TF Serving has (`check_ops`), and, for `check_sentences`, a fresh process that
+    imports only tensorflow and tensorflow_text translates exactly as the in-memory
+    `translator` does, its whole n-best list included. A failed check removes nothing but
+    raises ExportError, and the version directory is only renamed into place once it passed,
+    so TF Serving never loads it.
 
     Returns:
         the version directory.
@@ -151,6 +159,8 @@ def export_saved_model(translator: Translator, model_base_path: str | os.PathLik
     finally:
         absl_logger.setLevel(level)
     check_ops(staging_dir)
+    write_warmup_requests(staging_dir, warmup_requests(
+        name, list(check_sentences[:WARMUP_SENTENCES]) or [""], translator.beam_size))
     if check_sentences:
         expected = translator.translate_texts(check_sentences)
         got = translate_in_fresh_process(staging_dir, check_sentences, k=translator.beam_size)

@@ -1,8 +1,9 @@
 """Finding, loading and hot-swapping the versions of one model (TF Serving's source + manager).
 
 The highest version under the model base path (see `tfformer.contract` for what counts as one)
-is loaded completely before it replaces the one serving; a version that fails to load is logged
-and the old one keeps serving; polling retries a failed version only once its files change.
+is loaded completely, and its warmup requests replayed, before it replaces the one serving; a
+version that fails to load is logged and the old one keeps serving; polling retries a failed
+version only once its files change.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Any, Mapping, Optional
 import tensorflow as tf
 from tensorflow.core.protobuf import meta_graph_pb2
 
-from tfformer.contract import list_versions, read_saved_model
+from tfformer.contract import DEFAULT_SIGNATURE, list_versions, read_saved_model
+from tfformer.export.warmup import read_warmup_requests
 from tfformer.serving.defaults import DEFAULT_POLL_SECONDS
 
 logger = logging.getLogger(__name__)
@@ -58,16 +60,42 @@ class LoadedVersion:
     signatures: Mapping[str, Any]  # signature key -> ConcreteFunction
     signature_defs: Mapping[str, meta_graph_pb2.SignatureDef]  # without __saved_model_init_op
     saved_model: Any = dataclasses.field(repr=False)  # keeps the loaded object alive
+    warmup_requests: int = 0  # replayed before the version served
 
 
 def load_version(path: str, version: int) -> LoadedVersion:
-    """Load one version directory completely (raises on any failure)."""
+    """Load one version directory completely and replay its warmup requests (raises on any
+    failure, a failed warmup request included, as TF Serving does)."""
     signature_defs = read_signature_defs(path)
     loaded = tf.saved_model.load(path)
     signatures = dict(loaded.signatures)
     if not signatures:
         raise ValueError(f"{path}: the SavedModel has no serving signatures")
-    return LoadedVersion(version, path, signatures, signature_defs, loaded)
+    warmed = warm_up(path, signatures)
+    return LoadedVersion(version, path, signatures, signature_defs, loaded, warmed)
+
+
+def warm_up(path: str, signatures: Mapping[str, Any]) -> int:
+    """Runs each request of the version's warmup file (`tfformer.export.warmup`) on its
+    signature; returns how many ran.
+
+    Raises:
+        ValueError: a request for a signature the SavedModel lacks, or one that fails.
+    """
+    requests = read_warmup_requests(path)
+    for number, request in enumerate(requests, start=1):
+        name = request.model_spec.signature_name or DEFAULT_SIGNATURE
+        if name not in signatures:
+            raise ValueError(f"warmup request {number} names signature {name!r}, which the "
+                             f"SavedModel lacks (it has {', '.join(sorted(signatures))})")
+        inputs = {key: tf.constant(tf.make_ndarray(tensor))
+                  for key, tensor in request.inputs.items()}
+        try:
+            signatures[name](**inputs)
+        except (TypeError, ValueError, tf.errors.OpError) as error:
+            message = getattr(error, "message", str(error))
+            raise ValueError(f"warmup request {number} ({name}) failed: {message}") from None
+    return len(requests)
 
 
 def _fingerprint(path: str) -> tuple:
@@ -137,7 +165,9 @@ class ModelVersionManager:
                 return False
             self._failed.pop(target, None)
             self._current = loaded
-            logger.info("Serving servable %s version %d%s", self.name, target,
+            logger.info("Serving servable %s version %d%s%s", self.name, target,
+                        f" after {loaded.warmup_requests} warmup request(s)"
+                        if loaded.warmup_requests else "",
                         f" (replacing version {current.version})" if current else "")
             return True
 
