@@ -32,7 +32,6 @@ from tfformer.data.records import (
     Pair,
     ParallelText,
     batch_records,
-    collect,
     pair_records,
     parse_tsv_lines,
     stop_at_bad_records,
@@ -196,7 +195,6 @@ def open_corpus(spec: str, *, skip_bad_lines: bool = False, seed: int = 0,
         if not rest:
             raise ValueError(
                 f"data spec {spec!r}: expected tfds:NAME, e.g. tfds:ted_hrlr_translate/pt_to_en")
-        dev = collect(batch_records(tfds_records(rest, TFDS_DEV_SPLIT)),
-                       f"tfds:{rest}[{TFDS_DEV_SPLIT}]", skip_bad_lines)
+        dev = read_tfds(rest, TFDS_DEV_SPLIT, skip_bad_lines=skip_bad_lines)
         return Corpus(spec, "tfds", (rest,), dev, seed=seed)
     raise ValueError(f"data spec {spec!r}: expected builtin[:N], tsv:TRAIN[,DEV] or tfds:NAME")

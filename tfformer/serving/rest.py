@@ -467,9 +467,11 @@ def _handler_class(api: RestApi) -> type[BaseHTTPRequestHandler]:
 
         def _answer(self) -> None:
             length = self.headers.get("Content-Length") or "0"
+            refused = 0  # bytes of a body over the limit, read after the answer
             if not length.isdigit():
                 status, answer = 400, {"error": f"invalid Content-Length: {length}"}
             elif int(length) > MAX_BODY_BYTES:
+                refused = int(length)
                 status, answer = 413, {"error": f"request body of {length} bytes exceeds the "
                                                 f"maximum of {MAX_BODY_BYTES}"}
             else:
@@ -479,13 +481,13 @@ def _handler_class(api: RestApi) -> type[BaseHTTPRequestHandler]:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))
-            if status == 413:
+            if refused:
                 self.send_header("Connection", "close")
             self.end_headers()
             self.wfile.write(payload)
-            if status == 413:
+            if refused:
                 self.wfile.flush()
-                self._drain(int(length))
+                self._drain(refused)
 
         def _drain(self, length: int) -> None:
             """Reads and drops up to `length` bytes of a refused body (DRAIN_LIMIT_BYTES at most),

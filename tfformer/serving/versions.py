@@ -20,6 +20,7 @@ from tensorflow.core.protobuf import meta_graph_pb2
 from tfformer.contract import DEFAULT_SIGNATURE, list_versions, read_saved_model
 from tfformer.export.warmup import read_warmup_requests
 from tfformer.serving.defaults import DEFAULT_POLL_SECONDS
+from tfformer.serving.requests import RequestValidator, ServingError
 
 logger = logging.getLogger(__name__)
 
@@ -77,24 +78,25 @@ def load_version(path: str, version: int) -> LoadedVersion:
 
 def warm_up(path: str, signatures: Mapping[str, Any]) -> int:
     """Runs each request of the version's warmup file (`tfformer.export.warmup`) on its
-    signature; returns how many ran.
+    signature, its inputs checked and converted as a Predict request's are; returns how many
+    ran.
 
     Raises:
         ValueError: a request for a signature the SavedModel lacks, or one that fails.
     """
     requests = read_warmup_requests(path)
+    validator = RequestValidator()
     for number, request in enumerate(requests, start=1):
         name = request.model_spec.signature_name or DEFAULT_SIGNATURE
         if name not in signatures:
             raise ValueError(f"warmup request {number} names signature {name!r}, which the "
                              f"SavedModel lacks (it has {', '.join(sorted(signatures))})")
-        inputs = {key: tf.constant(tf.make_ndarray(tensor))
-                  for key, tensor in request.inputs.items()}
         try:
-            signatures[name](**inputs)
-        except (TypeError, ValueError, tf.errors.OpError) as error:
-            message = getattr(error, "message", str(error))
-            raise ValueError(f"warmup request {number} ({name}) failed: {message}") from None
+            signatures[name](**validator.inputs(signatures[name], request))
+        except ServingError as error:
+            raise ValueError(f"warmup request {number} ({name}) failed: {error.details}") from None
+        except tf.errors.OpError as error:
+            raise ValueError(f"warmup request {number} ({name}) failed: {error.message}") from None
     return len(requests)
 
 
