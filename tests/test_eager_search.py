@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from tfformer.decode.eager_search import greedy_search
+from tfformer.decode.eager_search import greedy_search, sample_search
 from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 EXTRA = 6
@@ -73,4 +73,44 @@ def test_greedy_search_equals_the_in_graph_search(search_model, search_sources):
     tokens, scores = greedy_search(search_model, search_sources, EXTRA)
     graph = graph_greedy_search(search_model, search_sources, EXTRA)
     np.testing.assert_array_equal(tokens, graph.tokens.numpy()[:, 0])
+    np.testing.assert_allclose(scores, graph.scores.numpy()[:, 0], atol=1e-5)
+
+
+def test_sampling_with_top_k_1_is_greedy_search(search_model, search_sources):
+    tokens, scores = greedy_search(search_model, search_sources, EXTRA)
+    sampled, sampled_scores = sample_search(search_model, search_sources, 0.8, 1, 0.9,
+                                            [5, 6, 7, 8], EXTRA)
+    np.testing.assert_array_equal(sampled, tokens)
+    np.testing.assert_allclose(sampled_scores, scores, atol=1e-5)
+
+
+def test_a_seed_gives_one_sample_on_every_backend(search_model, search_sources):
+    sources = np.repeat(search_sources[:1], 6, axis=0)
+    first, scores = sample_search(search_model, sources, 1.0, 0, 1.0, np.arange(6), EXTRA)
+    again, _ = sample_search(search_model, sources, 1.0, 0, 1.0, np.arange(6), EXTRA)
+    np.testing.assert_array_equal(first, again)
+    assert len({tuple(row) for row in first}) > 2
+    # each sample's score is the model's log P(Y) of it, by a full forward pass
+    for row, score in zip(first, scores):
+        length = list(row).index(EOS_ID) + 1
+        target = np.array([[BOS_ID, *row[:length]]], "int32")
+        logits = ops.convert_to_numpy(search_model((sources[:1], target)))[0, :length]
+        log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+        log_probs[:, [PAD_ID, BOS_ID]] = -np.inf  # never generated: not renormalized, as searched
+        assert score == pytest.approx(log_probs[np.arange(length), row[:length]].sum(), abs=1e-4)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow",
+                    reason="the in-graph search is TensorFlow's")
+def test_sampling_equals_the_in_graph_sampling(search_model, search_sources):
+    from tfformer.decode.search import sample_search as graph_sample_search
+
+    sources = np.repeat(search_sources, 4, axis=0)
+    settings = (np.tile([1.0, 0.7, 1.3, 1.0], 4).astype("float32"),
+                np.tile([0, 5, 0, 3], 4).astype("int32"),
+                np.tile([1.0, 1.0, 0.8, 0.9], 4).astype("float32"), np.arange(16) * 7)
+    tokens, scores = sample_search(search_model, sources, *settings, EXTRA)
+    graph = graph_sample_search(search_model, sources, *settings, EXTRA)
+    width = tokens.shape[1]
+    np.testing.assert_array_equal(tokens, graph.tokens.numpy()[:, 0, :width])
     np.testing.assert_allclose(scores, graph.scores.numpy()[:, 0], atol=1e-5)

@@ -1,10 +1,13 @@
 """Graph greedy/beam search against a plain NumPy beam search and against each other."""
 
+import math
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfformer.decode.search import beam_search, greedy_search
+from tfformer.decode import sampling
+from tfformer.decode.search import beam_search, greedy_search, sample_search
 from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 EXTRA = 6
@@ -25,30 +28,50 @@ def next_log_probs(model, source_row, prefixes):
     return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
-def reference_beam_search(model, source_row, k, alpha, extra):
-    """Beam search in plain Python/NumPy with the rules stated in tfformer/search.py."""
+def ngram_bans(generated, n):
+    """Tokens that would repeat an n-gram of `generated` (CTranslate2's NoRepeatNgram)."""
+    if len(generated) < n:
+        return set()
+    last = generated[len(generated) - n + 1:]
+    return {generated[i + n - 1] for i in range(len(generated) - n + 1)
+            if generated[i:i + n - 1] == last}
+
+
+def reference_beam_search(model, source_row, k, alpha, extra, no_repeat_ngram=0, prefix=()):
+    """Beam search in plain Python/NumPy with the rules stated in tfformer/decode/search.py."""
     lp = lambda length: ((5 + length) / 6) ** alpha  # noqa: E731
-    max_length = int((source_row != PAD_ID).sum()) + extra
+    forced = len(prefix)
+    max_length = int((source_row != PAD_ID).sum()) + extra + forced
     alive = [([BOS_ID], 0.0)] + [([BOS_ID], -np.inf)] * (k - 1)
     finished = []
     for t in range(max_length):
         candidates = []
         steps = next_log_probs(model, source_row, [prefix for prefix, _ in alive])
-        for beam, (prefix, log_prob) in enumerate(alive):
+        for beam, (sequence, log_prob) in enumerate(alive):
             step = steps[beam]
+            if no_repeat_ngram:
+                step[list(ngram_bans(sequence[1:], no_repeat_ngram))] = -np.inf
+                step -= np.log(np.exp(step - step.max()).sum()) + step.max()
             step[[PAD_ID, BOS_ID]] = -np.inf
             if t + 1 >= max_length:
                 step[np.arange(len(step)) != EOS_ID] = -np.inf
+            if t < forced:
+                step[:] = -np.inf
+                step[prefix[t]] = 0.0
             for token, value in enumerate(step):
-                candidates.append((log_prob + value, beam * len(step) + token, prefix + [token]))
+                candidates.append((log_prob + value, beam * len(step) + token,
+                                   sequence + [token]))
         candidates.sort(key=lambda c: (-c[0], c[1]))
         top = candidates[:2 * k]
+        if forced and t == forced:  # only the best candidate may finish right after a prefix
+            top = [c if rank == 0 or c[2][-1] != EOS_ID else (-np.inf, c[1], c[2][:-1] + [PAD_ID])
+                   for rank, c in enumerate(top)]
         for log_prob, _, sequence in top[:k]:
             if sequence[-1] == EOS_ID and log_prob > -np.inf:
-                finished.append((sequence, log_prob / lp(t + 1)))
+                finished.append((sequence, log_prob / lp(t + 1 - forced)))
         finished = sorted(finished, key=lambda f: -f[1])[:k]
         alive = [(seq, log_prob) for log_prob, _, seq in top if seq[-1] != EOS_ID][:k]
-        if len(finished) == k and alive[0][1] / lp(max_length) <= finished[-1][1]:
+        if len(finished) == k and alive[0][1] / lp(max_length - forced) <= finished[-1][1]:
             break
     return [(seq[1:], score) for seq, score in finished]
 
@@ -124,3 +147,143 @@ def test_one_trace_serves_every_batch_size_and_length(search_model, search_sourc
 def test_n_best_must_fit_the_beam(search_model, search_sources):
     with pytest.raises(ValueError, match="n_best"):
         beam_search(search_model, search_sources, beam_size=2, n_best=3)
+
+
+def repeated_ngrams(tokens, n):
+    grams = [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+    return len(grams) - len(set(grams))
+
+
+@pytest.mark.parametrize("k, n", [(1, 2), (4, 2), (3, 3), (2, 1)])
+def test_no_repeat_ngram_equals_numpy_reference(search_model, search_sources, k, n):
+    extra = 14  # long hypotheses of a 26-token vocabulary: repeats without the rule
+    plain = greedy_search(search_model, search_sources, max_output_extra=extra)
+    assert sum(repeated_ngrams(strip(row[0]), n) for row in plain.tokens.numpy()) > 0
+    result = (greedy_search(search_model, search_sources, extra, no_repeat_ngram=n)
+              if k == 1 else
+              beam_search(search_model, search_sources, k, 0.6, extra, n_best=k,
+                          no_repeat_ngram=n))
+    for row in range(len(search_sources)):
+        expected = reference_beam_search(search_model, search_sources[row], k,
+                                         0.0 if k == 1 else 0.6, extra, no_repeat_ngram=n)
+        for rank, (sequence, score) in enumerate(expected):
+            got = strip(result.tokens.numpy()[row, rank])
+            assert got == sequence, (row, rank)
+            assert result.scores.numpy()[row, rank] == pytest.approx(score, abs=1e-4)
+            assert repeated_ngrams(got[:-1], n) == 0
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_forced_prefix_equals_numpy_reference(search_model, search_sources, k):
+    prefixes = [[5, 6, 7], [], [9], [12, 12, 4, 20]]
+    prefix_ids = np.zeros([4, 4], "int32")
+    for row, prefix in enumerate(prefixes):
+        prefix_ids[row, :len(prefix)] = prefix
+    result = (greedy_search(search_model, search_sources, EXTRA, prefix_ids=prefix_ids)
+              if k == 1 else
+              beam_search(search_model, search_sources, k, 0.6, EXTRA, n_best=k,
+                          prefix_ids=prefix_ids))
+    for row, prefix in enumerate(prefixes):
+        expected = reference_beam_search(search_model, search_sources[row], k,
+                                         0.0 if k == 1 else 0.6, EXTRA, prefix=prefix)
+        for rank, (sequence, score) in enumerate(expected):
+            got = strip(result.tokens.numpy()[row, rank])
+            assert got[:len(prefix)] == prefix
+            assert got == sequence, (row, rank)
+            assert result.scores.numpy()[row, rank] == pytest.approx(score, abs=1e-4)
+
+
+def test_an_empty_prefix_is_the_search_without_one(search_model, search_sources):
+    empty = np.zeros([4, 0], "int32")
+    for search in (greedy_search, beam_search):
+        with_prefix = search(search_model, search_sources, max_output_extra=EXTRA,
+                             prefix_ids=empty)
+        without = search(search_model, search_sources, max_output_extra=EXTRA)
+        np.testing.assert_array_equal(with_prefix.tokens.numpy(), without.tokens.numpy())
+        np.testing.assert_array_equal(with_prefix.scores.numpy(), without.scores.numpy())
+
+
+def first_step_log_probs(model, source_row):
+    step = next_log_probs(model, source_row, [[BOS_ID]])[0]
+    step[[PAD_ID, BOS_ID]] = -np.inf
+    return step - np.log(np.exp(step).sum())
+
+
+def sample(model, sources, temperature=1.0, top_k=0, top_p=1.0, seeds=0, extra=EXTRA):
+    batch = len(sources)
+    return sample_search(model, sources, np.full([batch], temperature, "float32"),
+                         np.full([batch], top_k, "int32"), np.full([batch], top_p, "float32"),
+                         np.broadcast_to(np.asarray(seeds, "int64"), [batch]), extra)
+
+
+def test_sampling_with_top_k_1_is_greedy_search(search_model, search_sources):
+    greedy = greedy_search(search_model, search_sources, max_output_extra=EXTRA)
+    sampled = sample(search_model, search_sources, temperature=0.7, top_k=1, seeds=[1, 2, 3, 4])
+    np.testing.assert_array_equal(sampled.tokens.numpy(), greedy.tokens.numpy())
+    np.testing.assert_allclose(sampled.scores.numpy(), greedy.scores.numpy(), atol=1e-5)
+
+
+def test_a_seed_gives_one_sample_and_other_seeds_others(search_model, search_sources):
+    sources = np.repeat(search_sources[:1], 8, axis=0)
+    first = sample(search_model, sources, seeds=np.arange(8) + 100).tokens.numpy()
+    again = sample(search_model, sources, seeds=np.arange(8) + 100).tokens.numpy()
+    np.testing.assert_array_equal(first, again)
+    assert len({tuple(strip(row[0])) for row in first}) > 2  # other seeds, other samples
+    alone = sample(search_model, sources[3:4], seeds=[103]).tokens.numpy()  # not the batch's
+    assert strip(alone[0, 0]) == strip(first[3, 0])
+
+
+def chi_square_p_value(counts, probs):
+    """P(X >= the statistic) for chi-square with cells pooled to >= 5 expected draws each, by
+    the Wilson-Hilferty approximation (good to ~1e-3 relative at these sizes)."""
+    expected = probs / probs.sum() * counts.sum()
+    pooled = expected >= 5
+    observed = counts[pooled]
+    expected = expected[pooled]
+    if (~pooled).any() and probs[~pooled].sum() > 0:
+        observed = np.append(observed, counts[~pooled].sum())
+        expected = np.append(expected, probs[~pooled].sum() / probs.sum() * counts.sum())
+    statistic = float(((observed - expected) ** 2 / expected).sum())
+    df = len(observed) - 1
+    z = ((statistic / df) ** (1 / 3) - (1 - 2 / (9 * df))) / math.sqrt(2 / (9 * df))
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def test_first_tokens_follow_the_models_distribution(search_model, search_sources):
+    """Chi-square tests of 4000 first tokens, one seed each, against the model's softmax."""
+    draws = 4000
+    sources = np.repeat(search_sources[1:2], draws, axis=0)
+    log_probs = first_step_log_probs(search_model, search_sources[1]).astype("float64")
+    for temperature, offset in ((1.0, 0), (0.5, draws)):
+        tokens = sample(search_model, sources, temperature, seeds=np.arange(draws) + offset,
+                        extra=0).tokens.numpy()[:, 0, 0]
+        counts = np.bincount(tokens, minlength=len(log_probs))
+        assert counts[PAD_ID] == counts[BOS_ID] == 0
+        probs = np.exp(log_probs / temperature)  # temperature 0.5: p^2, renormalized
+        assert chi_square_p_value(counts, probs) > 1e-3, (counts, probs)
+        uniform = np.where(np.isfinite(log_probs), 1.0, 0.0)  # the test can fail
+        assert chi_square_p_value(counts, uniform) < 1e-6
+
+
+@pytest.mark.parametrize("top_k, top_p", [(3, 1.0), (0, 0.5), (5, 0.3)])
+def test_top_k_and_top_p_never_leave_their_set(search_model, search_sources, top_k, top_p):
+    draws = 600
+    sources = np.repeat(search_sources[2:3], draws, axis=0)
+    tokens = sample(search_model, sources, top_k=top_k, top_p=top_p, seeds=np.arange(draws),
+                    extra=0).tokens.numpy()[:, 0, 0]
+    log_probs = first_step_log_probs(search_model, search_sources[2])
+    order = np.argsort(-log_probs)
+    probs = np.exp(log_probs[order])
+    allowed = order[:top_k] if top_k else order
+    nucleus = order[:int(np.searchsorted(np.cumsum(probs), top_p) + 1)]
+    allowed = set(allowed) & set(nucleus)
+    assert set(tokens) <= allowed
+    assert len(set(tokens)) == len(allowed)  # every id of the set is drawn: not degenerate
+
+
+def test_numpy_uniforms_are_the_graphs(search_model):
+    seeds = np.array([0, 1, 2 ** 62, 7], "int64")
+    graph = sampling.uniform(tf.constant(seeds), tf.constant(3), 50).numpy()
+    np.testing.assert_array_equal(graph, sampling.uniform_np(seeds, 3, 50))
+    assert graph.min() > 0 and graph.max() < 1
+    assert abs(graph.mean() - 0.5) < 0.05

@@ -16,6 +16,7 @@ from typing import Sequence
 import numpy as np
 from keras import ops
 
+from tfformer.decode.sampling import sample_np
 from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -27,6 +28,28 @@ def greedy_search(model, source_ids: np.ndarray,
         (tokens int32 [batch, T] without BOS, EOS-terminated, PAD after; scores float32
         [batch], log P(Y)), as `tfformer.decode.search.greedy_search` gives them.
     """
+    return _one_token_per_step(model, source_ids, max_output_extra,
+                               lambda log_probs, t: log_probs.argmax(axis=-1))
+
+
+def sample_search(model, source_ids: np.ndarray, temperature, top_k, top_p, seeds,
+                  max_output_extra: int = 50) -> tuple[np.ndarray, np.ndarray]:
+    """Sampling as `tfformer.decode.search.sample_search` does it, on the same random numbers
+    (`tfformer.decode.sampling`): per sentence temperature (> 0), top_k (0: off), top_p (in
+    (0, 1]; 1: off) and seed (>= 0), arrays of [batch].
+
+    Returns:
+        (tokens, scores) as `greedy_search`; scores are the model's log P(Y) of the sample.
+    """
+    batch = len(source_ids)
+    parameters = [np.broadcast_to(np.asarray(value, dtype), [batch]) for value, dtype in
+                  ((temperature, np.float32), (top_k, np.int32), (top_p, np.float32),
+                   (seeds, np.int64))]
+    return _one_token_per_step(model, source_ids, max_output_extra,
+                               lambda log_probs, t: sample_np(log_probs, *parameters, t))
+
+
+def _one_token_per_step(model, source_ids, max_output_extra, choose):
     source_ids = np.asarray(source_ids, np.int32)
     batch = source_ids.shape[0]
     max_lengths = np.maximum((source_ids != PAD_ID).sum(axis=1) + max_output_extra, 1)
@@ -45,7 +68,7 @@ def greedy_search(model, source_ids: np.ndarray,
         log_probs = ops.convert_to_numpy(ops.log_softmax(logits[:, -1, :], axis=-1))
         at_limit = (t + 1 >= max_lengths)[:, None]
         log_probs = np.where(never | (at_limit & (vocab != EOS_ID)), -1e9, log_probs)
-        chosen = log_probs.argmax(axis=-1).astype(np.int32)
+        chosen = choose(log_probs, t).astype(np.int32)
         scores += np.where(finished, 0.0, log_probs[np.arange(batch), chosen])
         chosen = np.where(finished, PAD_ID, chosen)
         finished |= chosen == EOS_ID
