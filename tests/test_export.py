@@ -15,13 +15,22 @@ import tensorflow as tf
 
 from tests.test_rest import call
 from tfformer.cli.export import main as export_main
-from tfformer.contract import NBEST_SIGNATURE, SIGNATURE_NAMES, read_saved_model
+from tfformer.contract import (
+    NBEST_SIGNATURE,
+    PREFIX_SIGNATURE,
+    SAMPLE_SIGNATURE,
+    SIGNATURE_NAMES,
+    read_saved_model,
+)
 from tfformer.decode.search import beam_search, greedy_search
 from tfformer.decode.translator import load_translator
 from tfformer.export.saved_model import (
     ExportError,
+    check_calls,
     check_ops,
     export_saved_model,
+    run_in_fresh_process,
+    run_in_memory,
     saved_model_ops,
     translate_in_fresh_process,
 )
@@ -47,7 +56,8 @@ def translator(run_dir):
 
 def nbest_in_memory(translator, sentences, k):
     """The in-memory Translator's translate_nbest: (texts [batch][k] as str, scores [batch, k])."""
-    outputs = translator.translate_nbest(tf.constant(sentences, tf.string), tf.constant(k))
+    outputs = translator.translate_nbest(tf.constant(sentences, tf.string),
+                                         tf.constant([k] * len(sentences)))
     return ([[t.decode("utf-8") for t in row] for row in outputs["translations"].numpy()],
             outputs["scores"].numpy())
 
@@ -90,12 +100,16 @@ def test_export_writes_warmup_requests_that_each_signature_runs(exported, transl
         sentences = [s.decode("utf-8") for s in inputs["inputs"].numpy()]
         assert sentences == SENTENCES[:2]
         outputs = loaded.signatures[name](**inputs)
+        texts = [t.decode("utf-8") for t in outputs["translations"].numpy().ravel()]
         if name == NBEST_SIGNATURE:  # the largest k the export takes
-            assert int(inputs["k"]) == translator.beam_size
+            assert inputs["k"].numpy().tolist() == [translator.beam_size] * 2
             assert outputs["translations"].shape == (2, translator.beam_size)
-        else:
-            assert [t.decode("utf-8") for t in outputs["translations"].numpy()] == \
-                [text for text, _ in translator.translate_texts(sentences)]
+        elif name == SAMPLE_SIGNATURE:
+            assert texts == [t.decode("utf-8") for t in translator.translate_sample(
+                *[inputs[key] for key in ("inputs", "temperature", "top_k", "top_p", "seed")]
+            )["translations"].numpy()]
+        else:  # the best hypothesis; translate_prefix with empty prefixes
+            assert texts == [text for text, _ in translator.translate_texts(sentences)]
 
 
 def test_fresh_process_reload_reproduces_translations(exported, translator):
@@ -111,6 +125,34 @@ def test_fresh_process_reload_reproduces_translations(exported, translator):
     np.testing.assert_allclose(got["nbest_scores"], nbest_scores, atol=1e-4)
 
 
+def assert_same_answers(got, expected):
+    for signature, outputs in expected.items():
+        assert got[signature]["translations"] == outputs["translations"], signature
+        np.testing.assert_allclose(got[signature]["scores"], outputs["scores"], atol=1e-4)
+
+
+def every_signature_calls(translator):
+    """check_calls with prefixes from the translations and mixed sampling settings."""
+    calls = check_calls(SENTENCES, translator.beam_size,
+                        [text.split(" ")[0] for text, _ in translator.translate_texts(SENTENCES)])
+    calls["translate_nbest"]["k"] = [1, 4, 2, 3, 1]
+    calls["translate_sample"].update(temperature=[1.0, 0.5, 2.0, 1.0, 1.0],
+                                     top_k=[0, 3, 0, 1, 0], top_p=[1.0, 1.0, 0.7, 1.0, 0.9],
+                                     seed=[0, 1, 2**40, 3, 17])
+    return calls
+
+
+def test_fresh_process_gives_every_signatures_answers(exported, translator):
+    """The same seed, the same sample; prefixes and per-sentence k alike, in a process that
+    imports tensorflow and tensorflow_text only."""
+    _, path = exported
+    calls = every_signature_calls(translator)
+    got = run_in_fresh_process(path, calls)
+    assert got["modules"] == []
+    assert got["translate_nbest"]["shape/translations"] == [len(SENTENCES), 4]
+    assert_same_answers(got, run_in_memory(translator, calls))
+
+
 def test_saved_model_cli_shows_string_in_string_out_signatures(exported):
     _, path = exported
     cli = shutil.which("saved_model_cli", path=os.path.dirname(sys.executable))
@@ -118,7 +160,8 @@ def test_saved_model_cli_shows_string_in_string_out_signatures(exported):
                             text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     for name, shape in (("serving_default", "(-1)"), ("translate", "(-1)"),
-                        ("translate_nbest", "(-1, -1)")):
+                        ("translate_nbest", "(-1, -1)"), ("translate_sample", "(-1)"),
+                        ("translate_prefix", "(-1)")):
         section = result.stdout.split(f"signature_def['{name}']:")[1].split("signature_def[")[0]
         inputs, outputs = section.split("following output(s):")
         text_input = inputs.split("inputs['inputs']")[1].split("inputs['")[0]
@@ -129,7 +172,7 @@ def test_saved_model_cli_shows_string_in_string_out_signatures(exported):
         assert f"shape: {shape}" in translations and f"shape: {shape}" in scores
         if name == "translate_nbest":
             k = inputs.split("inputs['k']")[1]
-            assert "dtype: DT_INT32" in k and "shape: ()" in k
+            assert "dtype: DT_INT32" in k and "shape: (-1)" in k
         else:
             assert "inputs['k']" not in inputs
 
@@ -158,11 +201,13 @@ def test_export_that_translates_differently_fails_and_leaves_no_version(
         translator, tmp_path, monkeypatch):
     import tfformer.export.saved_model as export_module
 
-    def wrong(path, sentences, **kwargs):
-        return {"translations": ["x"] * len(sentences), "scores": [0.0] * len(sentences)}
+    def wrong(path, calls, *args):  # every signature right but the sample
+        answers = run_in_memory(translator, calls)
+        answers[SAMPLE_SIGNATURE]["translations"] = ["x"]
+        return answers
 
-    monkeypatch.setattr(export_module, "translate_in_fresh_process", wrong)
-    with pytest.raises(ExportError, match="translates differently"):
+    monkeypatch.setattr(export_module, "run_in_fresh_process", wrong)
+    with pytest.raises(ExportError, match=r"translates differently .*\(translate_sample\)"):
         export_saved_model(translator, tmp_path, "tfformer", 1, check_sentences=["hola"])
     assert not os.path.exists(tmp_path / "tfformer" / "1")
 
@@ -182,7 +227,8 @@ def test_nbest_signature_is_the_beam_best_first_and_refuses_a_k_outside_it(expor
     reference_texts = np.stack([tokenizer.detokenize(reference.tokens[:, j]).numpy()
                                 for j in range(beam)], axis=1)
     for k in range(1, beam + 1):
-        outputs = loaded.signatures["translate_nbest"](inputs=inputs, k=tf.constant(k))
+        outputs = loaded.signatures["translate_nbest"](inputs=inputs,
+                                                       k=tf.fill([len(SENTENCES)], k))
         texts, scores = outputs["translations"].numpy(), outputs["scores"].numpy()
         assert texts.shape == scores.shape == (len(SENTENCES), k)
         assert texts[:, 0].tolist() == best["translations"].numpy().tolist()
@@ -192,10 +238,78 @@ def test_nbest_signature_is_the_beam_best_first_and_refuses_a_k_outside_it(expor
         np.testing.assert_allclose(scores, reference.scores[:, :k].numpy(), atol=1e-4)
     assert any(len(set(row)) > 1 for row in texts.tolist())  # hypotheses, not copies of one
     assert (scores > -1e8).all()  # every one a finished hypothesis
+    # k per sentence: each row has its own k columns, then "" and -inf up to the largest k
+    ks = [1, 4, 2, 3, 1]
+    outputs = loaded.signatures["translate_nbest"](inputs=inputs, k=tf.constant(ks))
+    texts, scores = outputs["translations"].numpy(), outputs["scores"].numpy()
+    assert texts.shape == (len(SENTENCES), 4)
+    for row, k in enumerate(ks):
+        assert texts[row, :k].tolist() == reference_texts[row, :k].tolist()
+        assert texts[row, k:].tolist() == [b""] * (4 - k)
+        assert np.isneginf(scores[row, k:]).all() and np.isfinite(scores[row, :k]).all()
     for k in (0, -1, beam + 1):
         with pytest.raises(tf.errors.InvalidArgumentError,
-                           match=rf"k must be between 1 and the beam size \(4\), got\] \[{k}\]"):
-            loaded.signatures["translate_nbest"](inputs=inputs, k=tf.constant(k))
+                           match=rf"k must be between 1 and the beam size \(4\), got\] "
+                                 rf"\[1 {k} 1 1 1\]"):
+            loaded.signatures["translate_nbest"](inputs=inputs, k=tf.constant([1, k, 1, 1, 1]))
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"k must have one value per sentence: inputs has\] \[5\] "
+                             r"\[values and k has\] \[2\]"):
+        loaded.signatures["translate_nbest"](inputs=inputs, k=tf.constant([1, 2]))
+
+
+def test_every_input_and_output_of_every_signature_has_the_batch_first(exported):
+    """TF Serving's batching merges requests on dimension 0 and refuses a tensor without one
+    (ComputeTensorBatchSize in tensorflow_serving/batching/batching_util.h)."""
+    _, path = exported
+    signature_defs = read_saved_model(path).meta_graphs[0].signature_def
+    assert set(SIGNATURE_NAMES) <= set(signature_defs)
+    for name in SIGNATURE_NAMES:
+        for kind, tensors in (("input", signature_defs[name].inputs),
+                              ("output", signature_defs[name].outputs)):
+            for alias, info in tensors.items():
+                dims = [d.size for d in info.tensor_shape.dim]
+                assert len(dims) >= 1 and dims[0] == -1, (name, kind, alias, dims)
+
+
+def test_sample_and_prefix_signatures_keep_their_promises(exported, translator):
+    _, path = exported
+    loaded = client.load_saved_model(path)
+    sentences = SENTENCES[:3]
+    best = [text for text, _ in translator.translate_texts(sentences)]
+
+    def sample(**values):
+        settings = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 0, **values}
+        return client.translate_saved_model_sample(sentences * 4, loaded, **settings)
+
+    one = sample(seed=list(range(12)))
+    assert [t.text for t in sample(seed=list(range(12)))] == [t.text for t in one]
+    assert len({t.text for t in one}) > 4  # seeds differ: samples differ
+    assert [t.text for t in sample(top_k=1, seed=list(range(12)))] == \
+        [t.text for t in client.translate_saved_model(
+            sentences * 4, client.load_saved_model(path), "translate_sample",
+            inputs={"temperature": 1.0, "top_k": 1, "top_p": 1.0, "seed": 7})]
+    for bad, message in (({"temperature": 0.0}, r"temperature must be a number above 0"),
+                         ({"temperature": float("nan")}, r"temperature must be a number"),
+                         ({"top_k": -1}, r"top_k must be 0 \(off\) or more"),
+                         ({"top_p": 0.0}, r"top_p must be in \(0, 1\]"),
+                         ({"top_p": 1.5}, r"top_p must be in \(0, 1\]"),
+                         ({"seed": -3}, r"seed must be 0 or more")):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+            sample(**bad)
+
+    # A prefix: the translation starts with it; an empty one is the search without one.
+    prefixes = [best[1].split(" ")[0], "", best[0].split(" ")[0] + " " + best[2].split(" ")[0]]
+    got = client.translate_saved_model_prefix(sentences, prefixes, loaded)
+    for prefix, translation, alone in zip(prefixes, got, best):
+        assert translation.text.startswith(prefix)
+        if not prefix:
+            assert translation.text == alone
+    assert got[0].text != best[0]  # forced to start otherwise, it continues otherwise
+    limit = translator.max_prefix_pieces
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=rf"prefixes must each be at most {limit} pieces long"):
+        client.translate_saved_model_prefix(sentences[:1], "la " * (limit + 1), loaded)
 
 
 def test_translator_takes_any_batch_with_one_trace(translator):
@@ -279,7 +393,7 @@ def test_bf16_export_stores_and_multiplies_in_bf16_and_keeps_norms_and_scores_in
     # The attention softmax, LayerNorm's moments and rsqrt, the log-softmax and the top-k over
     # beam scores: float32 only.
     for op in ("Softmax", "Mean", "SquaredDifference", "Rsqrt", "LogSoftmax", "TopKV2"):
-        assert ops[op] == {"float32"}, op
+        assert ops[op] - {"int32"} == {"float32"}, op  # int32: beams kept in rank order
 
     # Each weight is the float32 weight rounded to the nearest bfloat16 (TensorFlow's cast).
     for ours, full in zip(bf16_translator.model.weights, translator.model.weights, strict=True):
@@ -320,10 +434,9 @@ def test_export_runs_unchanged_on_tensorflow_and_tf_text_2_20(precision, request
         capture_output=True, text=True, timeout=300,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}).stdout.split()
     assert versions == ["2.20.0", "2.20.0"]
-    got = translate_in_fresh_process(path, SENTENCES, python=python, k=translator.beam_size)
-    assert got["translations"] == [text for text, _ in translator.translate_texts(SENTENCES)]
-    assert got["nbest_translations"] == nbest_in_memory(translator, SENTENCES,
-                                                        translator.beam_size)[0]
+    calls = every_signature_calls(translator)
+    assert_same_answers(run_in_fresh_process(path, calls, python=python),
+                        run_in_memory(translator, calls))
 
 
 def test_op_allowlist_matches_tensorflow_2_20():
@@ -337,35 +450,72 @@ def test_op_allowlist_matches_tensorflow_2_20():
 
 
 def test_grpc_and_rest_round_trips_of_the_real_export_match_in_process(exported, translator):
+    """Every signature over gRPC, REST's row format and REST's columnar format gives the
+    in-memory Translator's answers; bad values are INVALID_ARGUMENT / 400 naming the input."""
     base, _ = exported
     beam = translator.beam_size
     predict = "/v1/models/tfformer:predict"
+    calls = every_signature_calls(translator)
+    expected = run_in_memory(translator, calls)
+    n = len(SENTENCES)
     with server.start_server(os.path.join(base, "tfformer"), "tfformer",
                              rest_api_port=0) as handle:
-        got = client.translate(SENTENCES, server=handle.address, timeout=60)
-        nbest = client.translate_nbest(SENTENCES, beam, server=handle.address, timeout=60)
-        status, rest_nbest = call(handle.rest_address, predict, {
-            "signature_name": "translate_nbest", "inputs": {"inputs": SENTENCES, "k": 2}})
+        address = handle.address
+        grpc_answers = {
+            "serving_default": client.translate(SENTENCES, server=address, timeout=60),
+            "translate_sample": client.translate_sample(
+                SENTENCES, **{name: calls["translate_sample"][name] for name in
+                              ("temperature", "top_k", "top_p", "seed")},
+                server=address, timeout=60),
+            "translate_prefix": client.translate_prefix(
+                SENTENCES, calls["translate_prefix"]["prefixes"], server=address, timeout=60)}
+        nbest = client.translate_nbest(SENTENCES, beam, server=address, timeout=60)
+        rows, columns = {}, {}
+        for signature, inputs in calls.items():
+            rows[signature] = call(handle.rest_address, predict, {
+                "signature_name": signature,
+                "instances": [{name: values[i] for name, values in inputs.items()}
+                              for i in range(n)]})
+            columns[signature] = call(handle.rest_address, predict, {
+                "signature_name": signature, "inputs": inputs})
         with pytest.raises(client.TranslationError) as over_beam:
-            client.translate_nbest(SENTENCES[:1], beam + 1, server=handle.address, timeout=60)
-        k_0 = call(handle.rest_address, predict, {
-            "signature_name": "translate_nbest", "inputs": {"inputs": SENTENCES[:1], "k": 0}})
-        after = client.translate(SENTENCES[:1], server=handle.address, timeout=60)
-    expected = translator.translate_texts(SENTENCES)
-    assert [t.text for t in got] == [text for text, _ in expected]
-    np.testing.assert_allclose([t.score for t in got], [s for _, s in expected], atol=1e-4)
+            client.translate_nbest(SENTENCES[:1], beam + 1, server=address, timeout=60)
+        with pytest.raises(client.TranslationError) as negative_seed:
+            client.translate_sample(SENTENCES[:2], seed=[1, -1], server=address, timeout=60)
+        refused = [call(handle.rest_address, predict, {"signature_name": signature,
+                                                       "instances": [instance]})
+                   for signature, instance in (
+                       ("translate_nbest", {"inputs": "hola", "k": 0}),
+                       ("translate_sample", {"inputs": "hola", "temperature": 1.0, "top_k": 0,
+                                             "top_p": 1.5, "seed": 0}),
+                       ("translate_prefix", {"inputs": "hola", "prefixes": "a " * 300}))]
+        after = client.translate(SENTENCES[:1], server=address, timeout=60)
 
+    for signature, translations in grpc_answers.items():
+        assert [t.text for t in translations] == expected[signature]["translations"], signature
+        np.testing.assert_allclose([t.score for t in translations],
+                                   expected[signature]["scores"], atol=1e-4)
     want_texts, want_scores = nbest_in_memory(translator, SENTENCES, beam)
     assert [[t.text for t in row] for row in nbest] == want_texts
     np.testing.assert_allclose([[t.score for t in row] for row in nbest], want_scores, atol=1e-4)
-    assert status == 200
-    assert rest_nbest["outputs"]["translations"] == [row[:2] for row in want_texts]
-    np.testing.assert_allclose(rest_nbest["outputs"]["scores"], want_scores[:, :2], atol=1e-4)
-    assert over_beam.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    for signature, answer in expected.items():
+        status, rest_rows = rows[signature]
+        assert status == 200, rest_rows
+        texts = [row["translations"] for row in rest_rows["predictions"]]
+        assert np.ravel(np.array(texts, dtype=object)).tolist() == answer["translations"]
+        status, rest_columns = columns[signature]
+        assert status == 200, rest_columns
+        assert np.ravel(np.array(rest_columns["outputs"]["translations"], dtype=object)
+                        ).tolist() == answer["translations"]
+        scores = np.ravel(np.array(rest_columns["outputs"]["scores"], dtype=float))
+        np.testing.assert_allclose(scores, answer["scores"], atol=1e-4)
+    assert over_beam.value.code == negative_seed.value.code == grpc.StatusCode.INVALID_ARGUMENT
     assert "k must be between 1 and the beam size (4), got] [5]" in over_beam.value.details
-    assert k_0[0] == 400
-    assert "k must be between 1 and the beam size (4), got] [0]" in k_0[1]["error"]
-    assert [t.text for t in after] == [got[0].text]  # the server kept serving
+    assert "seed must be 0 or more, got] [1 -1]" in negative_seed.value.details
+    for (status, body), named in zip(refused, ("k must be between 1", "top_p must be in (0, 1]",
+                                               "prefixes must each be at most")):
+        assert status == 400 and named in body["error"], body
+    assert [t.text for t in after] == [grpc_answers["serving_default"][0].text]  # serving on
 
 
 def test_export_program_picks_the_next_version_and_a_greedy_export_has_1_best(
@@ -383,12 +533,12 @@ def test_export_program_picks_the_next_version_and_a_greedy_export_has_1_best(
     greedy = client.load_saved_model(str(tmp_path / "tfformer" / "2"))
     inputs = tf.constant(SENTENCES)
     best = greedy.signatures["serving_default"](inputs=inputs)
-    one = greedy.signatures["translate_nbest"](inputs=inputs, k=tf.constant(1))
+    one = greedy.signatures["translate_nbest"](inputs=inputs, k=tf.ones([len(SENTENCES)], tf.int32))
     assert one["translations"].shape == one["scores"].shape == (len(SENTENCES), 1)
     assert one["translations"].numpy()[:, 0].tolist() == best["translations"].numpy().tolist()
     np.testing.assert_allclose(one["scores"].numpy()[:, 0], best["scores"].numpy(), rtol=1e-6)
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"beam size \(1\), got\] \[2\]"):
-        greedy.signatures["translate_nbest"](inputs=inputs, k=tf.constant(2))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"beam size \(1\), got\] \[2 1 1"):
+        greedy.signatures["translate_nbest"](inputs=inputs, k=tf.constant([2, 1, 1, 1, 1]))
 
 
 def test_export_program_names_a_missing_run_file(tmp_path, caplog):

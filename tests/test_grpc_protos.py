@@ -115,32 +115,50 @@ def test_string_tensor_is_tf_make_tensor_proto(sentences):
     assert got.SerializeToString(deterministic=True) == want.SerializeToString(deterministic=True)
 
 
-@pytest.mark.parametrize("k", [1, 3, 2**31 - 1])
-def test_int32_scalar_is_tf_make_tensor_proto(k):
-    want = tf.make_tensor_proto(k, dtype=tf.int32, shape=[])
-    got = protos.int32_scalar(k)
-    assert got == want and got.HasField("tensor_shape")
-    assert got.SerializeToString(deterministic=True) == want.SerializeToString(deterministic=True)
+@pytest.mark.parametrize("values, dtype", [
+    ([1, 3, 2**31 - 1], "int32"), ([7], "int32"), ([], "int32"), ([0, 2**62], "int64"),
+    ([0.5, 1.0, 1e-30], "float32")])
+def test_vector_tensor_holds_what_tf_make_tensor_proto_holds(values, dtype):
+    want = tf.make_tensor_proto(values, dtype=tf.as_dtype(dtype), shape=[len(values)])
+    got = protos.vector_tensor(values, dtype)
+    assert (got.dtype, got.tensor_shape) == (want.dtype, want.tensor_shape)
+    np.testing.assert_array_equal(tf.make_ndarray(got), tf.make_ndarray(want))
+    assert not got.tensor_content  # typed fields, as TF Serving writes them
 
 
-@pytest.mark.parametrize("k", [2**31, -2**31 - 1])
-def test_int32_scalar_refuses_values_out_of_range(k):
+@pytest.mark.parametrize("value, dtype", [(2**31, "int32"), (-2**31 - 1, "int32"),
+                                          (2**63, "int64")])
+def test_vector_tensor_refuses_values_out_of_range(value, dtype):
     # TensorFlow would wrap them around (2**31 -> -2**31): a different k than asked for.
-    with pytest.raises(ValueError, match="out of the range of int32"):
-        protos.int32_scalar(k)
+    with pytest.raises(ValueError, match=f"out of the range of {dtype}"):
+        protos.vector_tensor([1, value], dtype)
 
 
 def test_make_predict_request_is_the_request_made_with_tensorflow():
     sentences = ["hola mundo", "ñandú"]
-    want = client.predict_pb2.PredictRequest()
-    want.model_spec.name = "m"
-    want.model_spec.signature_name = "translate_nbest"
-    want.model_spec.version.value = 3
-    want.inputs["inputs"].CopyFrom(tf.make_tensor_proto(
-        [s.encode("utf-8") for s in sentences], dtype=tf.string, shape=[2]))
-    want.inputs["k"].CopyFrom(tf.make_tensor_proto(2, dtype=tf.int32, shape=[]))
-    want.output_filter.extend(["translations", "scores"])
-    assert client.make_predict_request(sentences, "m", "translate_nbest", 3, k=2) == want
+    request = client.make_predict_request(sentences, "m", "translate_nbest", 3, k=[2, 1])
+    assert (request.model_spec.name, request.model_spec.signature_name,
+            request.model_spec.version.value) == ("m", "translate_nbest", 3)
+    assert request.inputs["inputs"] == tf.make_tensor_proto(
+        [s.encode("utf-8") for s in sentences], dtype=tf.string, shape=[2])
+    assert tf.make_ndarray(request.inputs["k"]).tolist() == [2, 1]
+    assert request.inputs["k"].dtype == tf.int32.as_datatype_enum
+    assert list(request.output_filter) == ["translations", "scores"]
+    # one value for every sentence, and the other signatures' inputs by name and dtype
+    request = client.make_predict_request(sentences, k=4, inputs={
+        "temperature": 0.5, "top_k": [0, 3], "top_p": 0.9, "seed": [1, 2**40],
+        "prefixes": ["The", ""]})
+    arrays = {name: tf.make_ndarray(tensor) for name, tensor in request.inputs.items()}
+    assert arrays["k"].tolist() == [4, 4] and arrays["k"].dtype == np.int32
+    assert arrays["temperature"].tolist() == [0.5, 0.5]
+    assert arrays["temperature"].dtype == np.float32
+    assert arrays["top_k"].tolist() == [0, 3]
+    assert arrays["seed"].tolist() == [1, 2**40] and arrays["seed"].dtype == np.int64
+    assert arrays["prefixes"].tolist() == [b"The", b""]
+    with pytest.raises(ValueError, match="top_k has 3 values for 2 sentences"):
+        client.make_predict_request(sentences, inputs={"top_k": [1, 2, 3]})
+    with pytest.raises(ValueError, match="unknown input 'beam'"):
+        client.make_predict_request(sentences, inputs={"beam": 1})
     with pytest.raises(UnicodeEncodeError):
         client.make_predict_request(["\ud800"])
 

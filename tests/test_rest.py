@@ -113,16 +113,24 @@ def test_columnar_format_and_named_inputs_give_the_same_outputs(handle, stub):
                               {"translations": "v2:cat", "scores": -4.0}]})
 
 
-def test_nbest_takes_the_columnar_format_with_a_scalar_k_and_equals_grpc(handle, stub):
-    texts, scores = nbest_texts_and_scores(stub.Predict(nbest_request(SENTENCES, 2), timeout=10))
+def test_nbest_takes_both_formats_with_a_k_per_sentence_and_equals_grpc(handle, stub):
+    ks = [2] + [1] * (len(SENTENCES) - 1)
+    texts, scores = nbest_texts_and_scores(stub.Predict(nbest_request(SENTENCES, ks), timeout=10))
     assert texts[0] == ["v2:hello world", "v2:hello world #2"]
+    assert texts[2] == ["v2:EL cat NEGRO", ""] and scores[2, 1] == -np.inf  # past its k
+    want = {"translations": texts, "scores": scores.tolist()}
     assert rest(handle, PREDICT, {"signature_name": NBEST,
-                                  "inputs": {"inputs": SENTENCES, "k": 2}}) == (
-        200, {"outputs": {"translations": texts, "scores": scores.tolist()}})
-    # The row format gives every input a batch dimension: a scalar k cannot be sent that way.
+                                  "inputs": {"inputs": SENTENCES, "k": ks}}) == (
+        200, {"outputs": want})
+    # the row format: k beside each sentence; -inf written as TF Serving writes it
+    status, answer = rest(handle, PREDICT, {"signature_name": NBEST, "instances": [
+        {"inputs": sentence, "k": k} for sentence, k in zip(SENTENCES, ks)]})
+    assert status == 200 and answer == {"predictions": [
+        {"translations": t, "scores": s} for t, s in zip(want["translations"], want["scores"])]}
+    # a k for the whole request (a scalar) is what TF Serving's batching cannot merge
     status, answer = rest(handle, PREDICT, {"signature_name": NBEST,
-                                            "instances": [{"inputs": "hola", "k": 2}]})
-    assert status == 400 and 'input "k": shape (1,) (rank 1) is not compatible' in answer["error"]
+                                            "inputs": {"inputs": ["hola"], "k": 2}})
+    assert status == 400 and 'input "k": shape () (rank 0) is not compatible' in answer["error"]
     assert_still_serving(handle)
 
 
@@ -215,12 +223,12 @@ SAME_AS_GRPC = {
                              lambda: predict_request(["hola"] * 65)),
     "scalar (rank 0)": ({"inputs": "hola mundo"}, lambda: predict_request("hola mundo")),
     "rank 2": ({"instances": [["hola"]]}, lambda: predict_request([["hola"]])),
-    "k = 0": ({"signature_name": NBEST, "inputs": {"inputs": ["hola"], "k": 0}},
+    "k = 0": ({"signature_name": NBEST, "inputs": {"inputs": ["hola"], "k": [0]}},
               lambda: nbest_request(["hola"], 0)),
-    "k over the beam size": ({"signature_name": NBEST, "inputs": {"inputs": ["a", "b"], "k": 4}},
+    "k over the beam size": ({"signature_name": NBEST, "inputs": {"inputs": ["a", "b"], "k": [4, 4]}},
                              lambda: nbest_request(["a", "b"], 4)),
-    "k of shape [1]": ({"signature_name": NBEST, "inputs": {"inputs": ["hola"], "k": [2]}},
-                       lambda: nbest_request(["hola"], [2])),
+    "k as a scalar": ({"signature_name": NBEST, "inputs": {"inputs": ["hola"], "k": 2}},
+                      lambda: nbest_request(["hola"], 2, shape=[])),
 }
 
 
@@ -277,13 +285,13 @@ REST_ERRORS = {
                          "Expecting tensor size: 1 but got: 2"),
     "bad base64": (PREDICT, {"instances": [{"b64": "!!"}]}, "POST", 400,
                    "Unable to base64 decode"),
-    "k as a float": (PREDICT, {"signature_name": NBEST, "inputs": {"inputs": ["a"], "k": 2.5}},
+    "k as a float": (PREDICT, {"signature_name": NBEST, "inputs": {"inputs": ["a"], "k": [2.5]}},
                      "POST", 400, "JSON Value: 2.5 Type: Number is not of expected type: int32"),
-    "k as a string": (PREDICT, {"signature_name": NBEST, "inputs": {"inputs": ["a"], "k": "2"}},
+    "k as a string": (PREDICT, {"signature_name": NBEST, "inputs": {"inputs": ["a"], "k": ["2"]}},
                       "POST", 400,
                       'JSON Value: "2" Type: String is not of expected type: int32'),
     "k over int32": (PREDICT, {"signature_name": NBEST,
-                               "inputs": {"inputs": ["a"], "k": 2**40}}, "POST", 400,
+                               "inputs": {"inputs": ["a"], "k": [2**40]}}, "POST", 400,
                      "JSON Value: 1099511627776 is out of range for int32"),
     "k missing": (PREDICT, {"signature_name": NBEST, "inputs": {"inputs": ["a"]}}, "POST", 400,
                   "Missing named input: k in 'inputs' object."),

@@ -3,7 +3,7 @@
 
 Everything runs against a small stand-in SavedModel with the real model's serving contract
 (``inputs``: string [batch] -> ``translations``: string [batch], ``scores``: float32 [batch];
-``translate_nbest`` with ``k``: int32 scalar -> [batch, k] each), written here into tmp dirs: a
+``translate_nbest`` with ``k``: int32 [batch] -> [batch, max k] each), written here into tmp dirs: a
 word-by-word dictionary "translator" whose version N > 1 prefixes ``vN:``, with a lookup table
 (hence a ``__saved_model_init_op``) and a ``__slow__`` marker that makes a call busy-wait 1.5 s
 (for the in-flight-at-shutdown test). Its n-best list (a "beam" of 3) is the translation, then
@@ -86,21 +86,24 @@ class _StandIn(tf.Module):
         return {"translations": text, "scores": -0.5 * float(self.version) * length}
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs"),
-                                  tf.TensorSpec([], tf.int32, name="k")])
+                                  tf.TensorSpec([None], tf.int32, name="k")])
     def translate_nbest(self, inputs, k):
         in_range = tf.debugging.Assert(
-            tf.logical_and(k >= 1, k <= STANDIN_BEAM),
+            tf.reduce_all(tf.logical_and(k >= 1, k <= STANDIN_BEAM)),
             [f"translate_nbest: k must be between 1 and the beam size ({STANDIN_BEAM}), got", k])
         with tf.control_dependencies([in_range]):
             best = self.translate(inputs)
-        ranks = tf.range(k)
-        shape = [tf.shape(inputs)[0], k]
+        width = tf.reduce_max(tf.concat([k, [1]], 0))
+        ranks = tf.range(width)
+        shape = [tf.shape(inputs)[0], width]
         suffixes = tf.where(ranks == 0, "",
                             tf.strings.join([" #", tf.strings.as_string(ranks + 1)]))
         texts = tf.strings.join([tf.broadcast_to(best["translations"][:, None], shape),
                                  tf.broadcast_to(suffixes[None, :], shape)])
-        return {"translations": texts,
-                "scores": best["scores"][:, None] - tf.cast(ranks, tf.float32)[None, :]}
+        wanted = ranks[None, :] < k[:, None]
+        return {"translations": tf.where(wanted, texts, ""),
+                "scores": tf.where(wanted, best["scores"][:, None]
+                                   - tf.cast(ranks, tf.float32)[None, :], -float("inf"))}
 
 
 def write_standin(version_dir, version: int) -> None:
@@ -158,8 +161,11 @@ def predict_request(values, dtype=tf.string, shape=None, model=MODEL, signature=
 
 
 def nbest_request(values, k, dtype=tf.int32, shape=None, **kwargs):
-    """A translate_nbest request: `predict_request`'s, plus the input `k`."""
+    """A translate_nbest request: `predict_request`'s, plus the input `k` (a number: the same k
+    for every sentence, a vector [batch])."""
     request = predict_request(values, signature=NBEST, **kwargs)
+    if shape is None and not isinstance(k, list):
+        k = [k] * len(values)
     request.inputs["k"].CopyFrom(tf.make_tensor_proto(k, dtype=dtype, shape=shape))
     return request
 
@@ -167,7 +173,7 @@ def nbest_request(values, k, dtype=tf.int32, shape=None, **kwargs):
 def nbest_in_process(version_dir, sentences, k):
     """translate_nbest called in process: (texts [batch][k] as str, scores float32 [batch, k])."""
     outputs = tf.saved_model.load(str(version_dir)).signatures[NBEST](
-        inputs=tf.constant(sentences, dtype=tf.string), k=tf.constant(k, tf.int32))
+        inputs=tf.constant(sentences, dtype=tf.string), k=tf.constant([k] * len(sentences)))
     return ([[t.decode("utf-8") for t in row] for row in outputs["translations"].numpy()],
             outputs["scores"].numpy())
 
@@ -294,7 +300,7 @@ def test_get_model_metadata_lists_the_signature_without_the_init_op(stub, model_
     assert set(signature_map.signature_def) == {"serving_default", "translate", NBEST}
     nbest = signature_map.signature_def[NBEST]
     assert {k: (v.dtype, [d.size for d in v.tensor_shape.dim]) for k, v in nbest.inputs.items()} \
-        == {"inputs": (tf.string.as_datatype_enum, [-1]), "k": (tf.int32.as_datatype_enum, [])}
+        == {"inputs": (tf.string.as_datatype_enum, [-1]), "k": (tf.int32.as_datatype_enum, [-1])}
     assert [d.size for d in nbest.outputs["translations"].tensor_shape.dim] == [-1, -1]
     signature = signature_map.signature_def["serving_default"]
     assert signature.method_name == "tensorflow/serving/predict"
@@ -404,15 +410,16 @@ BAD_REQUESTS = {
     "k over the beam size": (lambda: nbest_request(["hola", "gato"], 4),
                              grpc.StatusCode.INVALID_ARGUMENT,
                              "assertion failed: [translate_nbest: k must be between 1 and the "
-                             "beam size (3), got] [4]"),
+                             "beam size (3), got] [4 4]"),
     "k of dtype int64": (lambda: nbest_request(["hola"], 2, dtype=tf.int64),
                          grpc.StatusCode.INVALID_ARGUMENT,
                          'input "k": expected dtype DT_INT32 but got DT_INT64'),
     "k as a float": (lambda: nbest_request(["hola"], 2.0, dtype=tf.float32),
                      grpc.StatusCode.INVALID_ARGUMENT,
                      'input "k": expected dtype DT_INT32 but got DT_FLOAT'),
-    "k of shape [1]": (lambda: nbest_request(["hola"], [2]), grpc.StatusCode.INVALID_ARGUMENT,
-                       'input "k": shape (1,) (rank 1) is not compatible'),
+    "k as a scalar": (lambda: nbest_request(["hola"], 2, shape=[]),
+                      grpc.StatusCode.INVALID_ARGUMENT,
+                      'input "k": shape () (rank 0) is not compatible'),
     "k missing": (lambda: predict_request(["hola"], signature=NBEST),
                   grpc.StatusCode.INVALID_ARGUMENT, "Missing but required: {k}"),
     "k sent to serving_default": (_k_to_serving_default, grpc.StatusCode.INVALID_ARGUMENT,
@@ -533,11 +540,17 @@ def test_new_version_is_picked_up_and_a_broken_one_is_not(tmp_path, caplog):
         running.stop(grace=1)
 
 
+def standin_warmup_calls(k):
+    """A warmup request per signature of the stand-in, on "hola", k for translate_nbest."""
+    return {"serving_default": {"inputs": ["hola"]}, "translate": {"inputs": ["hola"]},
+            NBEST: {"inputs": ["hola"], "k": [k]}}
+
+
 def test_a_version_replays_its_warmup_requests_before_it_serves(tmp_path, caplog):
     caplog.set_level("INFO", logger="tfformer.serving")
     base = tmp_path / MODEL
     write_standin(base / "1", 1)
-    write_warmup_requests(base / "1", warmup_requests(MODEL, ["hola"], STANDIN_BEAM))
+    write_warmup_requests(base / "1", warmup_requests(MODEL, standin_warmup_calls(STANDIN_BEAM)))
     with server.start_server(str(base), MODEL, port=0, poll_seconds=0) as running:
         assert running.manager.current.warmup_requests == 3
         assert "Serving servable tfformer version 1 after 3 warmup request(s)" in caplog.text
@@ -553,7 +566,8 @@ def test_a_warmup_request_that_fails_fails_the_load(tmp_path, case):
     fails."""
     version = tmp_path / "1"
     write_standin(version, 1)
-    requests = warmup_requests(MODEL, ["hola"], STANDIN_BEAM + (case == "k over the beam"))
+    requests = warmup_requests(MODEL, standin_warmup_calls(
+        STANDIN_BEAM + (case == "k over the beam")))
     if case == "unknown signature":
         requests[0].model_spec.signature_name = "nope"
     write_warmup_requests(version, requests)

@@ -150,19 +150,23 @@ class DecodingConfig:
         beam_size: k, the beam width; 1 means greedy search.
         length_penalty: alpha of the length penalty ((5 + |Y|) / 6) ** alpha.
         max_output_extra: maximum output length = input length + this.
+        no_repeat_ngram: n > 0 forbids any n-gram of n pieces twice in a hypothesis (0: off,
+            the paper's search).
     """
 
     beam_size: int = 4
     length_penalty: float = 0.6
     max_output_extra: int = 50
+    no_repeat_ngram: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("beam_size", "max_output_extra"):
+        for name in ("beam_size", "max_output_extra", "no_repeat_ngram"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"{name} must be an integer, got {value!r}")
         check_at_least("beam_size", self.beam_size)
         check_at_least("max_output_extra", self.max_output_extra, 0)
+        check_at_least("no_repeat_ngram", self.no_repeat_ngram, 0)
         check_non_negative("length_penalty", self.length_penalty)
 
 

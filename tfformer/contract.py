@@ -2,12 +2,22 @@
 
 A model base path holds one directory per version, named by its integer version number, each a
 SavedModel. Its signatures `serving_default` and `translate` take `inputs`: tf.string [batch] and
-return `translations`: tf.string [batch] and `scores`: float32 [batch]. `translate_nbest` takes
-`inputs` and `k`: int32 scalar, 1 <= k <= the export's beam size (1 for a greedy export), and
-returns the k best hypotheses of the beam, best first: `translations`: tf.string [batch, k] and
-`scores`: float32 [batch, k]; a k out of range fails in the graph (InvalidArgument). Like TF
-Serving's file system source, any other name (e.g. a staging directory renamed into place when
-complete) is not a version.
+return `translations`: tf.string [batch] and `scores`: float32 [batch].
+
+Every input of every signature has the batch as dimension 0, one value per sentence, so that TF
+Serving's request batching can merge requests (`SIGNATURE_INPUTS`):
+- `translate_nbest`: `k` int32 [batch], 1 <= k <= the export's beam size (1 for a greedy
+  export): the k best hypotheses of the beam, best first, as `translations`: tf.string
+  [batch, K] and `scores`: float32 [batch, K], K the largest k of the request; a sentence's
+  columns past its own k hold "" and -inf.
+- `translate_sample`: `temperature` float32 (> 0), `top_k` int32 (>= 0; 0: off), `top_p`
+  float32 (in (0, 1]; 1: off), `seed` int64 (>= 0): one sample per sentence; a seed gives the
+  same sample everywhere. `scores`: the model's log P of the sample.
+- `translate_prefix`: `prefixes` tf.string: the translation continues the sentence's prefix
+  (target-side text, may be empty), with the export's search; `scores` are the continuation's.
+A value out of range fails in the graph (InvalidArgument, naming the input). Like TF Serving's
+file system source, any other name than a version number (e.g. a staging directory renamed into
+place when complete) is not a version.
 """
 
 from __future__ import annotations
@@ -19,10 +29,28 @@ from typing import Any
 DEFAULT_SIGNATURE = "serving_default"
 TRANSLATE_SIGNATURE = "translate"
 NBEST_SIGNATURE = "translate_nbest"
+SAMPLE_SIGNATURE = "translate_sample"
+PREFIX_SIGNATURE = "translate_prefix"
 BEST_SIGNATURE_NAMES = (DEFAULT_SIGNATURE, TRANSLATE_SIGNATURE)  # the best hypothesis only
-SIGNATURE_NAMES = (*BEST_SIGNATURE_NAMES, NBEST_SIGNATURE)
+SIGNATURE_NAMES = (*BEST_SIGNATURE_NAMES, NBEST_SIGNATURE, SAMPLE_SIGNATURE, PREFIX_SIGNATURE)
 INPUT_NAME = "inputs"
 NBEST_K_NAME = "k"  # translate_nbest's second input
+TEMPERATURE_NAME = "temperature"
+TOP_K_NAME = "top_k"
+TOP_P_NAME = "top_p"
+SEED_NAME = "seed"
+PREFIXES_NAME = "prefixes"
+# Every input's dtype; each is a vector [batch].
+INPUT_DTYPES = {INPUT_NAME: "string", NBEST_K_NAME: "int32", TEMPERATURE_NAME: "float32",
+                TOP_K_NAME: "int32", TOP_P_NAME: "float32", SEED_NAME: "int64",
+                PREFIXES_NAME: "string"}
+SIGNATURE_INPUTS = {
+    DEFAULT_SIGNATURE: (INPUT_NAME,),
+    TRANSLATE_SIGNATURE: (INPUT_NAME,),
+    NBEST_SIGNATURE: (INPUT_NAME, NBEST_K_NAME),
+    SAMPLE_SIGNATURE: (INPUT_NAME, TEMPERATURE_NAME, TOP_K_NAME, TOP_P_NAME, SEED_NAME),
+    PREFIX_SIGNATURE: (INPUT_NAME, PREFIXES_NAME),
+}
 OUTPUT_TRANSLATIONS = "translations"
 OUTPUT_SCORES = "scores"
 OUTPUT_NAMES = (OUTPUT_TRANSLATIONS, OUTPUT_SCORES)

@@ -148,6 +148,7 @@ class ExportResult:
 def export(run_dir: str | os.PathLike, model_base_path: str = "models", name: str = "tfformer",
            version: int | None = None, *, beam_size: int | None = None,
            length_penalty: float | None = None, max_output_extra: int | None = None,
+           no_repeat_ngram: int | None = None,
            check_sentences: str | Sequence[str] | None = None,
            precision: str = "fp32") -> ExportResult:
     """Exports the run's model.keras as `model_base_path/name/VERSION` for TF Serving, checked
@@ -155,8 +156,8 @@ def export(run_dir: str | os.PathLike, model_base_path: str = "models", name: st
 
     Args:
         version: default one above the highest present.
-        beam_size, length_penalty, max_output_extra: the exported search (default: the
-            paper's, `DecodingConfig`).
+        beam_size, length_penalty, max_output_extra, no_repeat_ngram: the exported search
+            (default: the paper's, `DecodingConfig`).
         check_sentences: sentences, or a file of them, for the fresh-process check (default:
             the run's dev sources, else a few fixed Spanish sentences).
         precision: "fp32", or "bf16": weights stored and multiplied in bfloat16, LayerNorm,
@@ -170,7 +171,8 @@ def export(run_dir: str | os.PathLike, model_base_path: str = "models", name: st
 
     run = RunDir(run_dir)
     translator = load_translator(run.path, beam_size=beam_size, length_penalty=length_penalty,
-                                 max_output_extra=max_output_extra, precision=precision)
+                                 max_output_extra=max_output_extra,
+                                 no_repeat_ngram=no_repeat_ngram, precision=precision)
     if precision == "bf16":
         from tfformer.utils.cpu import describe_bf16_support
 

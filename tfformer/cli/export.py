@@ -29,7 +29,8 @@ from tfformer.model.precision import INFERENCE_PRECISIONS
 
 logger = logging.getLogger("tfformer.cli.export")
 
-SAVED_MODEL_ONLY = ("version", "beam_size", "length_penalty", "max_output_extra", "precision")
+SAVED_MODEL_ONLY = ("version", "beam_size", "length_penalty", "max_output_extra",
+                    "no_repeat_ngram", "precision")
 CTRANSLATE2_ONLY = ("out", "quantization", "weights")
 
 
@@ -49,6 +50,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="alpha (default: 0.6, as in the paper)")
     parser.add_argument("--max-output-extra", type=int, default=None,
                         help="maximum output length = input length + this (default: 50)")
+    parser.add_argument("--no-repeat-ngram", type=int, default=None, metavar="N",
+                        help="forbid repeating any n-gram of N pieces in a translation, in "
+                             "every signature (default: 0, off: the paper's search)")
     parser.add_argument("--precision", choices=INFERENCE_PRECISIONS, default=None,
                         help="of the weights and matmuls: bf16 stores and multiplies them in "
                              "bfloat16 (LayerNorm, softmax and scores stay float32); it pays "
@@ -102,6 +106,7 @@ def main(argv=None) -> int:
             result = run.export(args.run_dir, args.model_base_path, args.name, args.version,
                                 beam_size=args.beam_size, length_penalty=args.length_penalty,
                                 max_output_extra=args.max_output_extra,
+                                no_repeat_ngram=args.no_repeat_ngram,
                                 check_sentences=args.check_sentences,
                                 precision=args.precision or "fp32")
             report = {"export_dir": result.export_dir, "version": result.version,

@@ -1,7 +1,9 @@
 """tfformer-translate: translate with the exported model over TF Serving's gRPC API, or in
 process with --saved-model. Sentences come from the arguments or, when there are none, one per
 line from stdin; translations go to stdout one per line, in order (with --nbest K, K lines
-'SCORE<TAB>TRANSLATION' per sentence, best first).
+'SCORE<TAB>TRANSLATION' per sentence, best first). --sample draws a translation
+(translate_sample: --temperature, --top-k, --top-p, --seed); --prefix TEXT makes every
+translation start with TEXT (translate_prefix).
 
 Exit status: 0; 2 for bad input (a sentence the model refuses, an unknown model, signature or
 SavedModel path, invalid UTF-8); 1 when the translation fails at run time (server unreachable,
@@ -15,7 +17,12 @@ import sys
 from typing import Iterator, Optional, Sequence
 
 from tfformer.cli.console import start_logging
-from tfformer.contract import DEFAULT_SIGNATURE, NBEST_SIGNATURE
+from tfformer.contract import (
+    DEFAULT_SIGNATURE,
+    NBEST_SIGNATURE,
+    PREFIX_SIGNATURE,
+    SAMPLE_SIGNATURE,
+)
 from tfformer.decode.batch_translate import translate_in_batches
 from tfformer.serving.defaults import (
     DEFAULT_BATCH_SIZE,
@@ -65,6 +72,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--nbest", type=int, default=None, metavar="K",
                         help="print the K best translations of each sentence, best first, as K "
                              "lines 'SCORE<TAB>TRANSLATION' (1 <= K <= the export's beam size)")
+    parser.add_argument("--sample", action="store_true",
+                        help=f"sample each translation ({SAMPLE_SIGNATURE}) instead of searching")
+    parser.add_argument("--temperature", type=float, default=1.0,
+                        help="with --sample: divides the log-probabilities (> 0; default "
+                             "%(default)s)")
+    parser.add_argument("--top-k", type=int, default=0, metavar="K",
+                        help="with --sample: draw from the K likeliest pieces (default 0: all)")
+    parser.add_argument("--top-p", type=float, default=1.0, metavar="P",
+                        help="with --sample: draw from the likeliest pieces that hold "
+                             "probability P (in (0, 1]; default 1: all)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="with --sample: the same seed and sentence give the same sample "
+                             "(>= 0; default %(default)s)")
+    parser.add_argument("--prefix", default=None, metavar="TEXT",
+                        help=f"every translation starts with TEXT and continues it "
+                             f"({PREFIX_SIGNATURE}); the score is the continuation's")
     parser.add_argument("--saved-model", metavar="DIR",
                         help="translate in process with this SavedModel (a version dir, or a "
                              "model base path whose highest version is used) instead of a server")
@@ -79,8 +102,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error("--batch-size must be at least 1")
     if args.nbest is not None and args.nbest < 1:
         parser.error("--nbest must be at least 1")
+    modes = [flag for flag, given in (("--nbest", args.nbest is not None),
+                                      ("--sample", args.sample),
+                                      ("--prefix", args.prefix is not None)) if given]
+    if len(modes) > 1:
+        parser.error(f"{' and '.join(modes)} call different signatures: choose one")
+    sampling_flags = [flag for flag, value, default in (
+        ("--temperature", args.temperature, 1.0), ("--top-k", args.top_k, 0),
+        ("--top-p", args.top_p, 1.0), ("--seed", args.seed, 0)) if value != default]
+    if sampling_flags and not args.sample:
+        parser.error(f"{', '.join(sampling_flags)} need --sample")
     nbest = args.nbest
-    signature = args.signature or (DEFAULT_SIGNATURE if nbest is None else NBEST_SIGNATURE)
+    signature = args.signature or {"--nbest": NBEST_SIGNATURE, "--sample": SAMPLE_SIGNATURE,
+                                   "--prefix": PREFIX_SIGNATURE}.get(
+        modes[0] if modes else "", DEFAULT_SIGNATURE)
+    sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                    seed=args.seed)
     prog = parser.prog
     lines = iter(args.sentences) if args.sentences else _stdin_lines()
 
@@ -93,8 +130,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         load_saved_model,
         translate,
         translate_nbest,
+        translate_prefix,
+        translate_sample,
         translate_saved_model,
         translate_saved_model_nbest,
+        translate_saved_model_prefix,
+        translate_saved_model_sample,
     )
 
     refused_in_process: tuple[type[Exception], ...] = ()  # errors that mean bad input, in process
@@ -110,6 +151,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 if nbest:
                     return translate_saved_model_nbest(batch, nbest, model, signature,
                                                        args.batch_size)
+                if args.sample:
+                    return translate_saved_model_sample(batch, model, **sampling,
+                                                        signature=signature,
+                                                        batch_size=args.batch_size)
+                if args.prefix is not None:
+                    return translate_saved_model_prefix(batch, args.prefix, model, signature,
+                                                        args.batch_size)
                 return translate_saved_model(batch, model, signature, args.batch_size)
         else:
             channel = grpc.insecure_channel(args.server)
@@ -118,6 +166,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 if nbest:
                     return translate_nbest(batch, nbest, args.server, args.model, signature,
                                            args.timeout, channel, batch_size=args.batch_size)
+                if args.sample:
+                    return translate_sample(batch, **sampling, server=args.server,
+                                            model=args.model, signature=signature,
+                                            timeout=args.timeout, channel=channel,
+                                            batch_size=args.batch_size)
+                if args.prefix is not None:
+                    return translate_prefix(batch, args.prefix, args.server, args.model,
+                                            signature, args.timeout, channel,
+                                            batch_size=args.batch_size)
                 return translate(batch, args.server, args.model, signature, args.timeout,
                                  channel, batch_size=args.batch_size)
 

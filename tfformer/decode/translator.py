@@ -13,14 +13,23 @@ import tensorflow as tf
 
 from tfformer.config import DecodingConfig
 from tfformer.contract import (
+    INPUT_DTYPES,
     INPUT_NAME,
     NBEST_K_NAME,
     NBEST_SIGNATURE,
     OUTPUT_SCORES,
     OUTPUT_TRANSLATIONS,
+    PREFIX_SIGNATURE,
+    PREFIXES_NAME,
+    SAMPLE_SIGNATURE,
+    SEED_NAME,
+    SIGNATURE_INPUTS,
+    TEMPERATURE_NAME,
+    TOP_K_NAME,
+    TOP_P_NAME,
 )
 from tfformer.data.tokenizer import Tokenizer
-from tfformer.decode.search import SearchResult, beam_search, greedy_search
+from tfformer.decode.search import SearchResult, beam_search, greedy_search, sample_search
 from tfformer.model.precision import check_inference_precision, dtype_policy
 from tfformer.model.transformer import Transformer
 from tfformer.special_tokens import PAD_ID
@@ -36,14 +45,19 @@ class Translator(tf.Module):
         beam_size: k; 1 means greedy search (default: `DecodingConfig`'s, 4 as in the paper).
         length_penalty: alpha (default 0.6, as in the paper).
         max_output_extra: maximum output length = input tokens + this (default 50).
+        no_repeat_ngram: n > 0 forbids repeating an n-gram of pieces, in every search (default
+            0: off).
 
     Call `translate(tf.constant([...]))` (a tf.function) for tensors, or `translate_texts` for
-    Python strings; `translate_nbest(inputs, k)` returns the k best hypotheses of the beam.
+    Python strings. The other signatures of `tfformer.contract`, each input one value per
+    sentence: `translate_nbest(inputs, k)` returns the k best hypotheses of the beam,
+    `translate_sample(inputs, temperature, top_k, top_p, seed)` a sample,
+    `translate_prefix(inputs, prefixes)` a translation that continues each prefix.
     """
 
     def __init__(self, model: Transformer, tokenizer: Tokenizer, *, beam_size: int | None = None,
                  length_penalty: float | None = None, max_output_extra: int | None = None,
-                 name: str = "translator"):
+                 no_repeat_ngram: int | None = None, name: str = "translator"):
         super().__init__(name=name)
         config = model.transformer_config
         if tokenizer.vocab_size > config.vocab_size:
@@ -52,57 +66,115 @@ class Translator(tf.Module):
         self.model = model
         self.tokenizer = tokenizer
         given = {"beam_size": beam_size, "length_penalty": length_penalty,
-                 "max_output_extra": max_output_extra}
+                 "max_output_extra": max_output_extra, "no_repeat_ngram": no_repeat_ngram}
         self.decoding = DecodingConfig(**{k: v for k, v in given.items() if v is not None})
         self.beam_size = self.decoding.beam_size
         self.length_penalty = self.decoding.length_penalty
         self.max_output_extra = self.decoding.max_output_extra
+        self.no_repeat_ngram = self.decoding.no_repeat_ngram
+        # A forced prefix and its continuation must fit the model's positions (BOS, EOS).
+        self.max_prefix_pieces = model.transformer_config.max_length - 2
         # autograph=False: the searches are graph ops (one tf.while_loop), so converting their
         # Python (autograph) would only add seconds to every trace.
-        self.translate = tf.function(
-            self._translate, input_signature=[tf.TensorSpec([None], tf.string, name=INPUT_NAME)],
-            autograph=False)
-        self.translate_nbest = tf.function(
-            self._translate_nbest,
-            input_signature=[tf.TensorSpec([None], tf.string, name=INPUT_NAME),
-                             tf.TensorSpec([], tf.int32, name=NBEST_K_NAME)], autograph=False)
+        self.translate = self._function(self._translate, INPUT_NAME)
+        self.translate_nbest = self._function(self._translate_nbest, NBEST_SIGNATURE)
+        self.translate_sample = self._function(self._translate_sample, SAMPLE_SIGNATURE)
+        self.translate_prefix = self._function(self._translate_prefix, PREFIX_SIGNATURE)
 
-    def search(self, source_ids: tf.Tensor, n_best: int = 1) -> SearchResult:
+    @staticmethod
+    def _function(method, signature: str):
+        """A tf.function of `method` over the signature's inputs, each a vector [batch]."""
+        names = SIGNATURE_INPUTS.get(signature, (INPUT_NAME,))
+        return tf.function(method, autograph=False, input_signature=[
+            tf.TensorSpec([None], tf.as_dtype(INPUT_DTYPES[name]), name=name) for name in names])
+
+    def search(self, source_ids: tf.Tensor, n_best: int = 1,
+               prefix_ids: tf.Tensor | None = None) -> SearchResult:
         """This translator's search (greedy when beam_size is 1) over encoded source ids;
-        `n_best` (<= beam_size) hypotheses per sentence."""
+        `n_best` (<= beam_size) hypotheses per sentence, after a forced `prefix_ids`."""
         if self.beam_size == 1:
-            return greedy_search(self.model, source_ids, self.max_output_extra)
+            return greedy_search(self.model, source_ids, self.max_output_extra,
+                                 no_repeat_ngram=self.no_repeat_ngram, prefix_ids=prefix_ids)
         return beam_search(self.model, source_ids, self.beam_size, self.length_penalty,
-                           self.max_output_extra, n_best=n_best)
+                           self.max_output_extra, n_best=n_best,
+                           no_repeat_ngram=self.no_repeat_ngram, prefix_ids=prefix_ids)
+
+    def _source_ids(self, inputs):
+        return self.tokenizer.encode_source(inputs).to_tensor(default_value=PAD_ID)
 
     def _translate(self, inputs):
-        source_ids = self.tokenizer.encode_source(inputs).to_tensor(default_value=PAD_ID)
-        result = self.search(source_ids)
+        result = self.search(self._source_ids(inputs))
         return {OUTPUT_TRANSLATIONS: self.tokenizer.detokenize(result.tokens[:, 0]),
                 OUTPUT_SCORES: result.scores[:, 0]}
 
     def _translate_nbest(self, inputs, k):
-        # In the graph, for TF Serving too: an InvalidArgument error before any search.
-        in_range = tf.debugging.Assert(
-            tf.logical_and(k >= 1, k <= self.beam_size),
-            [f"{NBEST_SIGNATURE}: {NBEST_K_NAME} must be between 1 and the beam size "
-             f"({self.beam_size}), got", k])
-        with tf.control_dependencies([in_range]):
-            inputs = tf.identity(inputs)
-        source_ids = self.tokenizer.encode_source(inputs).to_tensor(default_value=PAD_ID)
+        inputs = _checked(NBEST_SIGNATURE, inputs, {NBEST_K_NAME: k}, [
+            (tf.logical_and(k >= 1, k <= self.beam_size), NBEST_K_NAME,
+             f"must be between 1 and the beam size ({self.beam_size}), got")])
         # The whole beam, then its first k: the first column is `translate`'s search, unchanged.
-        result = self.search(source_ids, n_best=self.beam_size)
-        tokens = result.tokens[:, :k]
+        result = self.search(self._source_ids(inputs), n_best=self.beam_size)
+        width = tf.reduce_max(tf.concat([k, [1]], axis=0))  # an empty batch: [0, 1]
+        tokens = result.tokens[:, :width]
         shape = tf.shape(tokens)
         texts = self.tokenizer.detokenize(tf.reshape(tokens, [shape[0] * shape[1], shape[2]]))
-        return {OUTPUT_TRANSLATIONS: tf.reshape(texts, shape[:2]),
-                OUTPUT_SCORES: result.scores[:, :k]}
+        wanted = tf.range(width)[tf.newaxis, :] < k[:, tf.newaxis]  # past a sentence's k: none
+        return {OUTPUT_TRANSLATIONS: tf.where(wanted, tf.reshape(texts, shape[:2]), ""),
+                OUTPUT_SCORES: tf.where(wanted, result.scores[:, :width], -float("inf"))}
+
+    def _translate_sample(self, inputs, temperature, top_k, top_p, seed):
+        inputs = _checked(SAMPLE_SIGNATURE, inputs, {
+            TEMPERATURE_NAME: temperature, TOP_K_NAME: top_k, TOP_P_NAME: top_p, SEED_NAME: seed,
+        }, [(tf.logical_and(temperature > 0, tf.math.is_finite(temperature)), TEMPERATURE_NAME,
+             "must be a number above 0, got"),
+            (top_k >= 0, TOP_K_NAME, "must be 0 (off) or more, got"),
+            (tf.logical_and(top_p > 0, top_p <= 1), TOP_P_NAME, "must be in (0, 1], got"),
+            (seed >= 0, SEED_NAME, "must be 0 or more, got")])
+        result = sample_search(self.model, self._source_ids(inputs), temperature, top_k, top_p,
+                               seed, self.max_output_extra, no_repeat_ngram=self.no_repeat_ngram)
+        return {OUTPUT_TRANSLATIONS: self.tokenizer.detokenize(result.tokens[:, 0]),
+                OUTPUT_SCORES: result.scores[:, 0]}
+
+    def _translate_prefix(self, inputs, prefixes):
+        pieces = self.tokenizer.tokenize(prefixes)
+        inputs = _checked(PREFIX_SIGNATURE, inputs, {PREFIXES_NAME: prefixes}, [
+            (pieces.row_lengths() <= self.max_prefix_pieces, PREFIXES_NAME,
+             f"must each be at most {self.max_prefix_pieces} pieces long (the model's "
+             f"max_length - 2), got lengths", pieces.row_lengths())])
+        result = self.search(self._source_ids(inputs),
+                             prefix_ids=pieces.to_tensor(default_value=PAD_ID))
+        return {OUTPUT_TRANSLATIONS: self.tokenizer.detokenize(result.tokens[:, 0]),
+                OUTPUT_SCORES: result.scores[:, 0]}
 
     def translate_texts(self, sentences: Sequence[str]) -> list[tuple[str, float]]:
         """Translates Python strings; returns (translation, score) pairs in order."""
         outputs = self.translate(tf.constant(list(sentences), tf.string))
         return [(text.decode("utf-8"), float(score)) for text, score in
                 zip(outputs[OUTPUT_TRANSLATIONS].numpy(), outputs[OUTPUT_SCORES].numpy())]
+
+
+# How many of an input's values an InvalidArgument error shows.
+SHOWN_VALUES = 16
+
+
+def _checked(signature: str, inputs: tf.Tensor, per_sentence: dict[str, tf.Tensor],
+             conditions: list[tuple]) -> tf.Tensor:
+    """`inputs`, once the graph has checked that each per-sentence input has one value per
+    sentence and each condition (a bool vector, the input's name, what it must be ending in
+    what the values show, and maybe other values to show than the input's) holds: otherwise an InvalidArgument error naming the input, which TF
+    Serving answers as INVALID_ARGUMENT, before any search."""
+    batch = tf.shape(inputs)[0]
+    checks = [tf.debugging.Assert(
+        tf.equal(tf.shape(values)[0], batch),
+        [f"{signature}: {name} must have one value per sentence: {INPUT_NAME} has", batch,
+         f"values and {name} has", tf.shape(values)[0]]) for name, values in per_sentence.items()]
+    with tf.control_dependencies(checks):
+        for condition, name, rule, *shown in conditions:
+            values = shown[0] if shown else per_sentence[name]
+            checks.append(tf.debugging.Assert(
+                tf.reduce_all(condition), [f"{signature}: {name} {rule}", values],
+                summarize=SHOWN_VALUES))
+    with tf.control_dependencies(checks):
+        return tf.identity(inputs)
 
 
 

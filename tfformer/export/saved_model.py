@@ -15,18 +15,28 @@ import os
 import subprocess
 import sys
 from importlib import resources
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import tensorflow as tf
 
 from tfformer.contract import (
     BEST_SIGNATURE_NAMES,
     DEFAULT_SIGNATURE,
+    INPUT_DTYPES,
     INPUT_NAME,
     NBEST_K_NAME,
     NBEST_SIGNATURE,
     OUTPUT_SCORES,
     OUTPUT_TRANSLATIONS,
+    PREFIX_SIGNATURE,
+    PREFIXES_NAME,
+    SAMPLE_SIGNATURE,
+    SEED_NAME,
+    SIGNATURE_INPUTS,
+    TEMPERATURE_NAME,
+    TOP_K_NAME,
+    TOP_P_NAME,
+    TRANSLATE_SIGNATURE,
     read_saved_model,
 )
 from tfformer.decode.translator import Translator
@@ -74,26 +84,87 @@ def check_ops(export_dir: str | os.PathLike) -> set[str]:
 
 
 # Runs in a fresh interpreter that imports only tensorflow and tensorflow_text: proves the
-# export needs no tfformer, no Keras objects and no Python from this process.
-_FRESH_PROCESS_SCRIPT = f"""
+# export needs no tfformer, no Keras objects and no Python from this process. Reads
+# {signature: {input: [values]}} and answers {signature: {output: values}}.
+_FRESH_PROCESS_SCRIPT = """
 import json, sys
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  registers the SentencePiece ops
-export_dir, k, sentences = sys.argv[1], int(sys.argv[2]), json.loads(sys.stdin.read())
-loaded = tf.saved_model.load(export_dir)
-inputs = tf.constant(sentences, tf.string)
-out = loaded.signatures["{DEFAULT_SIGNATURE}"]({INPUT_NAME}=inputs)
-nbest = loaded.signatures["{NBEST_SIGNATURE}"](
-    {INPUT_NAME}=inputs, {NBEST_K_NAME}=tf.constant(k, tf.int32))
-print(json.dumps({{
-    "translations": [t.decode("utf-8") for t in out["{OUTPUT_TRANSLATIONS}"].numpy()],
-    "scores": [float(s) for s in out["{OUTPUT_SCORES}"].numpy()],
-    "nbest_translations": [[t.decode("utf-8") for t in row]
-                           for row in nbest["{OUTPUT_TRANSLATIONS}"].numpy()],
-    "nbest_scores": nbest["{OUTPUT_SCORES}"].numpy().tolist(),
-    "modules": sorted(m.split(".")[0] for m in sys.modules
-                      if m.split(".")[0] in ("tfformer", "keras_hub"))}}))
+loaded = tf.saved_model.load(sys.argv[1])
+calls, dtypes = json.loads(sys.stdin.read())
+answers = {}
+for signature, inputs in calls.items():
+    outputs = loaded.signatures[signature](**{
+        name: tf.constant(values, tf.as_dtype(dtypes[name])) for name, values in inputs.items()})
+    answers[signature] = {
+        name: [v.decode("utf-8") if isinstance(v, bytes) else v for v in tensor.numpy().ravel().tolist()]
+        for name, tensor in outputs.items()} | {
+        "shape/" + name: tensor.shape.as_list() for name, tensor in outputs.items()}
+answers["modules"] = sorted(m.split(".")[0] for m in sys.modules
+                            if m.split(".")[0] in ("tfformer", "keras_hub"))
+print(json.dumps(answers))
 """
+
+
+def run_in_fresh_process(export_dir: str | os.PathLike, calls: dict[str, dict[str, list]],
+                         python: str = sys.executable, timeout: float = 600) -> dict[str, Any]:
+    """Calls signatures of the export in a new `python` process that imports tensorflow and
+    tensorflow_text only: `calls` is {signature: {input: [one value per sentence]}}.
+
+    Returns:
+        {signature: {output: values flattened, "shape/" + output: its shape}, "modules":
+        tfformer modules seen (none)}.
+    """
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    export_dir = os.path.abspath(export_dir)
+    result = subprocess.run(
+        [python, "-c", _FRESH_PROCESS_SCRIPT, export_dir],
+        input=json.dumps([calls, INPUT_DTYPES]), capture_output=True, text=True,
+        timeout=timeout,
+        # Not the caller's cwd: `python -c` puts it on sys.path, and the check must not find
+        # tfformer there.
+        env=env, cwd=os.path.dirname(export_dir))
+    if result.returncode != 0:
+        raise ExportError(f"loading {export_dir} in a fresh process failed:\n"
+                          f"{result.stderr[-4000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def check_calls(sentences: Sequence[str], k: int,
+                prefixes: Sequence[str] | None = None) -> dict[str, dict[str, list]]:
+    """One call of each signature on `sentences`: translate_nbest with `k`, translate_sample
+    with temperature 1, no top-k or top-p and seed i for sentence i, translate_prefix with
+    `prefixes` (default: empty ones)."""
+    sentences = list(sentences)
+    n = len(sentences)
+    return {
+        DEFAULT_SIGNATURE: {INPUT_NAME: sentences},
+        NBEST_SIGNATURE: {INPUT_NAME: sentences, NBEST_K_NAME: [k] * n},
+        SAMPLE_SIGNATURE: {INPUT_NAME: sentences, TEMPERATURE_NAME: [1.0] * n,
+                           TOP_K_NAME: [0] * n, TOP_P_NAME: [1.0] * n, SEED_NAME: list(range(n))},
+        PREFIX_SIGNATURE: {INPUT_NAME: sentences,
+                           PREFIXES_NAME: list(prefixes) if prefixes is not None else [""] * n},
+    }
+
+
+def run_in_memory(translator: Translator, calls: dict[str, dict[str, list]]
+                  ) -> dict[str, dict[str, list]]:
+    """`calls` made on the in-memory Translator: answers as `run_in_fresh_process` gives them."""
+    functions = {DEFAULT_SIGNATURE: translator.translate,
+                 TRANSLATE_SIGNATURE: translator.translate,
+                 NBEST_SIGNATURE: translator.translate_nbest,
+                 SAMPLE_SIGNATURE: translator.translate_sample,
+                 PREFIX_SIGNATURE: translator.translate_prefix}
+    answers = {}
+    for signature, inputs in calls.items():
+        outputs = functions[signature](*[
+            tf.constant(inputs[name], tf.as_dtype(INPUT_DTYPES[name]))
+            for name in SIGNATURE_INPUTS[signature]])
+        answers[signature] = {
+            name: [v.decode("utf-8") if isinstance(v, bytes) else v
+                   for v in tensor.numpy().ravel().tolist()] for name, tensor in outputs.items()}
+    return answers
 
 
 def translate_in_fresh_process(export_dir: str | os.PathLike, sentences: Iterable[str],
@@ -106,19 +177,17 @@ def translate_in_fresh_process(export_dir: str | os.PathLike, sentences: Iterabl
         {"translations": [...], "scores": [...], "nbest_translations": [[k texts], ...],
         "nbest_scores": [[k scores], ...], "modules": tfformer modules seen (none)}.
     """
-    env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    export_dir = os.path.abspath(export_dir)
-    result = subprocess.run(
-        [python, "-c", _FRESH_PROCESS_SCRIPT, export_dir, str(k)],
-        input=json.dumps(list(sentences)), capture_output=True, text=True, timeout=timeout,
-        # Not the caller's cwd: `python -c` puts it on sys.path, and the check must not find
-        # tfformer there.
-        env=env, cwd=os.path.dirname(export_dir))
-    if result.returncode != 0:
-        raise ExportError(f"loading {export_dir} in a fresh process failed:\n"
-                          f"{result.stderr[-4000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    sentences = list(sentences)
+    calls = check_calls(sentences, k)
+    got = run_in_fresh_process(export_dir, {name: calls[name] for name in
+                                            (DEFAULT_SIGNATURE, NBEST_SIGNATURE)},
+                               python, timeout)
+    nbest = got[NBEST_SIGNATURE]
+    rows = lambda values: [values[i:i + k] for i in range(0, len(values), k)]  # noqa: E731
+    return {"translations": got[DEFAULT_SIGNATURE][OUTPUT_TRANSLATIONS],
+            "scores": got[DEFAULT_SIGNATURE][OUTPUT_SCORES],
+            "nbest_translations": rows(nbest[OUTPUT_TRANSLATIONS]),
+            "nbest_scores": rows(nbest[OUTPUT_SCORES]), "modules": got["modules"]}
 
 
 def export_saved_model(translator: Translator, model_base_path: str | os.PathLike, name: str,
@@ -126,12 +195,12 @@ def export_saved_model(translator: Translator, model_base_path: str | os.PathLik
     """Writes `model_base_path/name/version/` (the layout TF Serving watches) and checks it.
 
     Signatures: `serving_default` and `translate` (the best hypothesis), `translate_nbest` (the
-    k best; see `tfformer.contract`). Warmup: one request per signature on the first check
+    k best), `translate_sample` and `translate_prefix` (see `tfformer.contract`). Warmup: one request per signature on the first check
     sentences (an empty sentence without them) in `assets.extra/` (`tfformer.export.warmup`),
     which TF Serving and `tfformer-serve` replay before the version serves. Checks: every op
     is one stock TF Serving has (`check_ops`), and, for `check_sentences`, a fresh process that
     imports only tensorflow and tensorflow_text translates exactly as the in-memory
-    `translator` does, its whole n-best list included. A failed check removes nothing but
+    `translator` does, through every signature (the whole n-best list, samples, prefixes). A failed check removes nothing but
     raises ExportError, and the version directory is only renamed into place once it passed,
     so TF Serving never loads it.
 
@@ -150,6 +219,8 @@ def export_saved_model(translator: Translator, model_base_path: str | os.PathLik
     best = translator.translate.get_concrete_function()
     signatures = {key: best for key in BEST_SIGNATURE_NAMES}
     signatures[NBEST_SIGNATURE] = translator.translate_nbest.get_concrete_function()
+    signatures[SAMPLE_SIGNATURE] = translator.translate_sample.get_concrete_function()
+    signatures[PREFIX_SIGNATURE] = translator.translate_prefix.get_concrete_function()
     # TF logs every captured input it renames (one line of hundreds of names) through absl.
     absl_logger = logging.getLogger("absl")
     level = absl_logger.level
@@ -159,23 +230,30 @@ def export_saved_model(translator: Translator, model_base_path: str | os.PathLik
     finally:
         absl_logger.setLevel(level)
     check_ops(staging_dir)
+    warmup_calls = check_calls(list(check_sentences[:WARMUP_SENTENCES]) or [""],
+                               translator.beam_size)
     write_warmup_requests(staging_dir, warmup_requests(
-        name, list(check_sentences[:WARMUP_SENTENCES]) or [""], translator.beam_size))
+        name, {DEFAULT_SIGNATURE: warmup_calls[DEFAULT_SIGNATURE],
+               TRANSLATE_SIGNATURE: warmup_calls[DEFAULT_SIGNATURE], **warmup_calls}))
     if check_sentences:
-        expected = translator.translate_texts(check_sentences)
-        got = translate_in_fresh_process(staging_dir, check_sentences, k=translator.beam_size)
-        _check_same(check_sentences, [text for text, _ in expected], got["translations"])
-        nbest = translator.translate_nbest(tf.constant(list(check_sentences), tf.string),
-                                           tf.constant(translator.beam_size))
-        _check_same(check_sentences, [[t.decode("utf-8") for t in row] for row in
-                                      nbest[OUTPUT_TRANSLATIONS].numpy()],
-                    got["nbest_translations"], f" ({NBEST_SIGNATURE})")
+        # The prefixes: the first word of each translation, as an autocompletion would send.
+        best = translator.translate_texts(check_sentences)
+        calls = check_calls(check_sentences, translator.beam_size,
+                            [text.split(" ")[0] for text, _ in best])
+        expected = run_in_memory(translator, calls)
+        got = run_in_fresh_process(staging_dir, calls)
+        for signature in calls:
+            _check_same(check_sentences, expected[signature][OUTPUT_TRANSLATIONS],
+                        got[signature][OUTPUT_TRANSLATIONS], f" ({signature})")
     os.rename(staging_dir, final_dir)
     return final_dir
 
 
 def _check_same(sentences: Sequence[str], expected: list, got: list, what: str = "") -> None:
     if got != expected:
+        per = max(len(expected) // max(len(sentences), 1), 1)  # n-best: k values a sentence
+        expected, got = ([values[i:i + per] for i in range(0, len(values), per)]
+                         for values in (expected, got))
         raise ExportError(
             f"the reloaded export translates differently from the in-memory Translator{what}:\n"
             + "\n".join(f"  {s!r}: {a!r} != {b!r}" for s, a, b in zip(sentences, expected, got)

@@ -15,26 +15,29 @@ import tensorflow as tf
 from google.protobuf.message import DecodeError
 from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
 
-from tfformer.contract import INPUT_NAME, NBEST_K_NAME, NBEST_SIGNATURE, SIGNATURE_NAMES
+from tfformer.contract import INPUT_DTYPES, INPUT_NAME, SIGNATURE_INPUTS
 
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 # TF Serving refuses a version whose file holds more (saved_model_warmup_util.cc).
 MAX_WARMUP_RECORDS = 1000
 
 
-def warmup_requests(model_name: str, sentences: Sequence[str], k: int
+def warmup_requests(model_name: str, calls: dict[str, dict[str, list]]
                     ) -> list[predict_pb2.PredictRequest]:
-    """One Predict request per signature of the contract, on `sentences` (`k` for
-    translate_nbest: the beam size, the largest k it takes)."""
+    """One Predict request per signature of `calls` ({signature: {input: [a value per
+    sentence]}}, as `tfformer.export.saved_model.check_calls` makes them), in their order."""
     requests = []
-    for signature in SIGNATURE_NAMES:
+    for signature, inputs in calls.items():
         request = predict_pb2.PredictRequest()
         request.model_spec.name = model_name
         request.model_spec.signature_name = signature
-        request.inputs[INPUT_NAME].CopyFrom(
-            tf.make_tensor_proto([s.encode("utf-8") for s in sentences], dtype=tf.string))
-        if signature == NBEST_SIGNATURE:
-            request.inputs[NBEST_K_NAME].CopyFrom(tf.make_tensor_proto(k, dtype=tf.int32))
+        for name in SIGNATURE_INPUTS[signature]:
+            values = inputs[name]
+            if INPUT_DTYPES[name] == "string":
+                values = [value.encode("utf-8") for value in values]
+            request.inputs[name].CopyFrom(
+                tf.make_tensor_proto(values, dtype=tf.as_dtype(INPUT_DTYPES[name]),
+                                     shape=[len(values)]))
         requests.append(request)
     return requests
 

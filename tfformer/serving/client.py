@@ -6,7 +6,10 @@ stand-in), and without importing TensorFlow (see `tfformer.serving.protos`): a c
 starts in a fraction of a second.
 ``translate_saved_model()`` calls the SavedModel's signature in this process instead.
 ``translate_nbest()`` and ``translate_saved_model_nbest()`` return the k best hypotheses of each
-sentence (the ``translate_nbest`` signature).
+sentence (the ``translate_nbest`` signature); ``translate_sample()`` samples a translation
+(``translate_sample``), ``translate_prefix()`` continues a given start of the translation
+(``translate_prefix``). Their parameters take one value for every sentence or a list of one per
+sentence: each is an input [batch] of the signature.
 
 The ``tfformer-translate`` command (`tfformer.cli.translate`) wraps both.
 """
@@ -23,11 +26,19 @@ import grpc
 
 from tfformer.contract import (
     DEFAULT_SIGNATURE,
+    INPUT_DTYPES,
     INPUT_NAME,
     NBEST_K_NAME,
     NBEST_SIGNATURE,
     OUTPUT_SCORES,
     OUTPUT_TRANSLATIONS,
+    PREFIX_SIGNATURE,
+    PREFIXES_NAME,
+    SAMPLE_SIGNATURE,
+    SEED_NAME,
+    TEMPERATURE_NAME,
+    TOP_K_NAME,
+    TOP_P_NAME,
     saved_model_dir,
 )
 from tfformer.decode.batch_translate import translate_in_batches
@@ -38,11 +49,11 @@ from tfformer.serving.defaults import (
     DEFAULT_TIMEOUT,
 )
 from tfformer.serving.protos import (
-    int32_scalar,
     make_ndarray,
     predict_pb2,
     prediction_service_pb2_grpc,
     string_tensor,
+    vector_tensor,
 )
 from tfformer.utils.checks import check_at_least
 
@@ -82,20 +93,42 @@ def _decode(texts: Iterable[Any], scores: Iterable[Any]) -> list[Translation]:
                         float(s)) for t, s in zip(texts, scores, strict=True)]
 
 
+def per_sentence(name: str, value: Any, count: int) -> list:
+    """``value`` for each of ``count`` sentences: a list of ``count`` values as it is, else
+    ``count`` copies of the one value."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != count:
+            raise ValueError(f"{name} has {len(value)} values for {count} sentences")
+        return list(value)
+    return [value] * count
+
+
 def make_predict_request(sentences: Sequence[str], model: str = DEFAULT_MODEL,
                          signature: str = DEFAULT_SIGNATURE,
                          version: Optional[int] = None, *,
-                         k: Optional[int] = None) -> predict_pb2.PredictRequest:
+                         k: Optional[int | Sequence[int]] = None,
+                         inputs: Optional[dict[str, Any]] = None) -> predict_pb2.PredictRequest:
     """The PredictRequest TF Serving expects for a batch of sentences; with ``k``, also the
-    n-best signature's ``k`` input (an int32 scalar)."""
+    n-best signature's ``k``; ``inputs``: the signature's other inputs by name
+    (``tfformer.contract``). Each takes a value for every sentence or a list of one per
+    sentence, and is sent as a vector [batch]."""
     request = predict_pb2.PredictRequest()
     request.model_spec.name = model
     request.model_spec.signature_name = signature
     if version is not None:
         request.model_spec.version.value = version
     request.inputs[INPUT_NAME].CopyFrom(string_tensor([s.encode("utf-8") for s in sentences]))
+    extra = dict(inputs or {})
     if k is not None:
-        request.inputs[NBEST_K_NAME].CopyFrom(int32_scalar(k))
+        extra[NBEST_K_NAME] = k
+    for name, value in extra.items():
+        values = per_sentence(name, value, len(sentences))
+        dtype = INPUT_DTYPES.get(name)
+        if dtype is None:
+            raise ValueError(f"unknown input {name!r}; inputs: {sorted(INPUT_DTYPES)}")
+        request.inputs[name].CopyFrom(
+            string_tensor([v.encode("utf-8") for v in values]) if dtype == "string"
+            else vector_tensor(values, dtype))
     request.output_filter.extend([OUTPUT_TRANSLATIONS, OUTPUT_SCORES])
     return request
 
@@ -129,15 +162,23 @@ def _check_k(k: int) -> int:
     return k
 
 
+def _batch_inputs(inputs: dict[str, Any], count: int) -> list[dict[str, Any]]:
+    """Per-sentence inputs, one dict per sentence, for batching with the sentences."""
+    columns = {name: per_sentence(name, value, count) for name, value in inputs.items()}
+    return [{name: values[i] for name, values in columns.items()} for i in range(count)]
+
+
 def _predict_over_grpc(sentences: Sequence[str], server: str, timeout: float,
                        channel: Optional[grpc.Channel], batch_size: int,
-                       make_request: Callable[[list[str]], predict_pb2.PredictRequest],
-                       k: Optional[int] = None) -> list:
+                       make_request: Callable[..., predict_pb2.PredictRequest],
+                       k: Optional[int] = None, inputs: Optional[dict[str, Any]] = None) -> list:
     """One Predict call per batch of ``sentences``: a Translation per sentence, or with ``k``
-    a list of k."""
+    a list of k. ``make_request(batch)``, or with ``inputs`` (per-sentence values by name)
+    ``make_request(batch, batch_inputs)``."""
     sentences = _check_sentences(sentences)
     if not sentences:
         return []
+    rows = _batch_inputs(inputs, len(sentences)) if inputs is not None else None
     own_channel = channel is None
     target = server if own_channel else None  # a given channel may point anywhere
     if own_channel:
@@ -145,16 +186,19 @@ def _predict_over_grpc(sentences: Sequence[str], server: str, timeout: float,
     try:
         stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
 
-        def predict(batch: list[str]) -> list:
+        def predict(indices: list[int]) -> list:
+            batch = [sentences[i] for i in indices]
+            request = (make_request(batch) if rows is None else make_request(
+                batch, {name: [rows[i][name] for i in indices] for name in inputs}))
             try:
-                response = stub.Predict(make_request(batch), timeout=timeout)
+                response = stub.Predict(request, timeout=timeout)
             except grpc.RpcError as error:
                 raise TranslationError(error.code(), error.details() or "", target) from None
             translations = parse_predict_response(response, len(batch), target, k=k)
             return translations if k is None else _rows(translations, k)
 
-        return [translation for batch in translate_in_batches(predict, sentences, batch_size)
-                for translation in batch]
+        return [translation for batch in translate_in_batches(
+            predict, range(len(sentences)), batch_size) for translation in batch]
     finally:
         if own_channel:
             channel.close()
@@ -199,6 +243,45 @@ def translate_nbest(sentences: Sequence[str], k: int, server: str = DEFAULT_SERV
         lambda batch: make_predict_request(batch, model, signature, version, k=k), k)
 
 
+def translate_sample(sentences: Sequence[str], temperature: float | Sequence[float] = 1.0,
+                     top_k: int | Sequence[int] = 0, top_p: float | Sequence[float] = 1.0,
+                     seed: int | Sequence[int] = 0, server: str = DEFAULT_SERVER,
+                     model: str = DEFAULT_MODEL, signature: str = SAMPLE_SIGNATURE,
+                     timeout: float = DEFAULT_TIMEOUT, channel: Optional[grpc.Channel] = None,
+                     *, version: Optional[int] = None,
+                     batch_size: int = DEFAULT_BATCH_SIZE) -> list[Translation]:
+    """A sampled translation of each sentence, over gRPC (as ``translate``): ``temperature``
+    (> 0), ``top_k`` (0: off), ``top_p`` (in (0, 1]; 1: off) and ``seed`` (>= 0; the same seed
+    and sentence give the same sample), each one value or one per sentence. The score is the
+    model's log P of the sample. A value out of range: ``TranslationError`` INVALID_ARGUMENT."""
+    return _predict_over_grpc(
+        sentences, server, timeout, channel, batch_size,
+        lambda batch, values: make_predict_request(batch, model, signature, version,
+                                                   inputs=values),
+        inputs=_sample_inputs(temperature, top_k, top_p, seed))
+
+
+def translate_prefix(sentences: Sequence[str], prefixes: str | Sequence[str],
+                     server: str = DEFAULT_SERVER, model: str = DEFAULT_MODEL,
+                     signature: str = PREFIX_SIGNATURE, timeout: float = DEFAULT_TIMEOUT,
+                     channel: Optional[grpc.Channel] = None, *, version: Optional[int] = None,
+                     batch_size: int = DEFAULT_BATCH_SIZE) -> list[Translation]:
+    """Translations that start with ``prefixes`` (target-side text, one for every sentence
+    or one per sentence; "" for none), over gRPC (as ``translate``); the score is the
+    continuation's."""
+    return _predict_over_grpc(
+        sentences, server, timeout, channel, batch_size,
+        lambda batch, values: make_predict_request(batch, model, signature, version,
+                                                   inputs=values),
+        inputs={PREFIXES_NAME: prefixes if isinstance(prefixes, str) else list(prefixes)})
+
+
+def _sample_inputs(temperature, top_k, top_p, seed) -> dict[str, Any]:
+    as_list = lambda v: list(v) if isinstance(v, (list, tuple)) else v  # noqa: E731
+    return {TEMPERATURE_NAME: as_list(temperature), TOP_K_NAME: as_list(top_k),
+            TOP_P_NAME: as_list(top_p), SEED_NAME: as_list(seed)}
+
+
 # --------------------------------------------------------------------------------------------
 # In process
 
@@ -230,19 +313,49 @@ def _signature(saved_model: Any, signature: str) -> Any:
 
 def translate_saved_model(sentences: Sequence[str], saved_model: Any,
                           signature: str = DEFAULT_SIGNATURE,
-                          batch_size: int = DEFAULT_BATCH_SIZE) -> list[Translation]:
-    """Translate in process with a loaded SavedModel (from ``load_saved_model``) or a path."""
+                          batch_size: int = DEFAULT_BATCH_SIZE, *,
+                          inputs: Optional[dict[str, Any]] = None) -> list[Translation]:
+    """Translate in process with a loaded SavedModel (from ``load_saved_model``) or a path;
+    ``inputs``: the signature's other inputs, as for ``make_predict_request`` (see
+    ``translate_saved_model_sample`` and ``translate_saved_model_prefix``)."""
     import tensorflow as tf
 
     sentences = _check_sentences(sentences)
     function = _signature(saved_model, signature)
+    rows = _batch_inputs(inputs or {}, len(sentences))
 
-    def call(batch: list[str]) -> list[Translation]:
-        outputs = function(**{INPUT_NAME: tf.constant(batch, dtype=tf.string)})
+    def call(indices: list[int]) -> list[Translation]:
+        feeds = {INPUT_NAME: tf.constant([sentences[i] for i in indices], dtype=tf.string)}
+        for name in inputs or {}:
+            feeds[name] = tf.constant([rows[i][name] for i in indices],
+                                      dtype=tf.as_dtype(INPUT_DTYPES[name]))
+        outputs = function(**feeds)
         return _decode(outputs[OUTPUT_TRANSLATIONS].numpy(), outputs[OUTPUT_SCORES].numpy())
 
-    return [translation for batch in translate_in_batches(call, sentences, batch_size)
+    return [translation for batch in translate_in_batches(call, range(len(sentences)),
+                                                          batch_size)
             for translation in batch]
+
+
+def translate_saved_model_sample(sentences: Sequence[str], saved_model: Any,
+                                 temperature: float | Sequence[float] = 1.0,
+                                 top_k: int | Sequence[int] = 0,
+                                 top_p: float | Sequence[float] = 1.0,
+                                 seed: int | Sequence[int] = 0,
+                                 signature: str = SAMPLE_SIGNATURE,
+                                 batch_size: int = DEFAULT_BATCH_SIZE) -> list[Translation]:
+    """``translate_sample`` in process."""
+    return translate_saved_model(sentences, saved_model, signature, batch_size,
+                                 inputs=_sample_inputs(temperature, top_k, top_p, seed))
+
+
+def translate_saved_model_prefix(sentences: Sequence[str], prefixes: str | Sequence[str],
+                                 saved_model: Any, signature: str = PREFIX_SIGNATURE,
+                                 batch_size: int = DEFAULT_BATCH_SIZE) -> list[Translation]:
+    """``translate_prefix`` in process."""
+    return translate_saved_model(
+        sentences, saved_model, signature, batch_size,
+        inputs={PREFIXES_NAME: prefixes if isinstance(prefixes, str) else list(prefixes)})
 
 
 def translate_saved_model_nbest(sentences: Sequence[str], k: int, saved_model: Any,
@@ -259,7 +372,7 @@ def translate_saved_model_nbest(sentences: Sequence[str], k: int, saved_model: A
 
     def call(batch: list[str]) -> list[list[Translation]]:
         outputs = function(**{INPUT_NAME: tf.constant(batch, dtype=tf.string),
-                              NBEST_K_NAME: tf.constant(k, dtype=tf.int32)})
+                              NBEST_K_NAME: tf.constant([k] * len(batch), dtype=tf.int32)})
         return _rows(_decode(outputs[OUTPUT_TRANSLATIONS].numpy().reshape(-1),
                              outputs[OUTPUT_SCORES].numpy().reshape(-1)), k)
 

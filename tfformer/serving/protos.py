@@ -127,7 +127,6 @@ _NUMPY_AND_FIELD = {
     types_pb2.DT_UINT64: (np.uint64, "uint64_val"),
     types_pb2.DT_BOOL: (np.bool_, "bool_val"),
 }
-_INT32 = np.iinfo(np.int32)
 
 
 def string_tensor(values: Sequence[bytes]) -> Any:
@@ -138,12 +137,25 @@ def string_tensor(values: Sequence[bytes]) -> Any:
     return tensor
 
 
-def int32_scalar(value: int) -> Any:
-    """A DT_INT32 scalar, as ``tf.make_tensor_proto(value, tf.int32, [])``."""
-    if not _INT32.min <= value <= _INT32.max:
-        raise ValueError(f"{value} is out of the range of int32")
-    tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_INT32, int_val=[value])
-    tensor.tensor_shape.SetInParent()  # a scalar: a shape with no dimensions, not an unknown one
+_VECTOR_DTYPES = {  # dtype name -> (enum, NumPy type, the TensorProto field)
+    "int32": (types_pb2.DT_INT32, np.int32, "int_val"),
+    "int64": (types_pb2.DT_INT64, np.int64, "int64_val"),
+    "float32": (types_pb2.DT_FLOAT, np.float32, "float_val"),
+}
+
+
+def vector_tensor(values: Sequence[Any], dtype: str) -> Any:
+    """A vector of numbers ("int32", "int64" or "float32"), as ``tf.make_tensor_proto(values,
+    dtype, [len(values)])``; a value its dtype cannot hold raises ValueError."""
+    enum, numpy_type, field = _VECTOR_DTYPES[dtype]
+    if np.issubdtype(numpy_type, np.integer):
+        limits = np.iinfo(numpy_type)
+        for value in values:
+            if not limits.min <= value <= limits.max:
+                raise ValueError(f"{value} is out of the range of {dtype}")
+    tensor = tensor_pb2.TensorProto(dtype=enum)
+    getattr(tensor, field).extend(np.asarray(values, numpy_type).tolist())
+    tensor.tensor_shape.dim.add(size=len(values))
     return tensor
 
 

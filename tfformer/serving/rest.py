@@ -210,7 +210,9 @@ def json_to_array(value: Any, dtype: int) -> np.ndarray:
     numpy_dtype = object if dtype == types_pb2.DT_STRING else tf.as_dtype(dtype).as_numpy_dtype
     try:
         return np.array(values, dtype=numpy_dtype).reshape(shape)
-    except OverflowError:
+    except OverflowError:  # named by the value, as TF Serving names it
+        limits = np.iinfo(numpy_dtype)
+        value = next((v for v in values if not limits.min <= v <= limits.max), value)
         raise _invalid(f"JSON Value: {_show(value)} is out of range for "
                        f"{_JSON_DTYPES[dtype]}") from None
 
