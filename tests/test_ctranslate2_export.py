@@ -88,11 +88,11 @@ def pieces(sentencepiece, texts):
     return [sentencepiece.encode(text, out_type=str) for text in texts]
 
 
-def ours_best(result, source_ids):
+def ours_best(result, source_ids, extra=EXTRA):
     """Our SearchResult's best hypotheses as id lists without EOS; checks that every one ended
     with EOS of its own accord, before the length limit (where our search forces EOS and
     CTranslate2's does not)."""
-    limits = np.sum(source_ids.numpy() != PAD_ID, axis=1) + EXTRA
+    limits = np.sum(source_ids.numpy() != PAD_ID, axis=1) + extra
     hypotheses = []
     for row, limit in zip(result.tokens.numpy()[:, 0], limits):
         ids = list(row)
@@ -310,3 +310,52 @@ def test_our_quantization_names_are_ctranslate2s():
 
     assert set(ct2_export.QUANTIZATIONS) == {"none", *ACCEPTED_MODEL_TYPES}
     assert BOS_ID == 2 and EOS_ID == 3  # the ids the vocabulary file is written in
+
+
+def prefix_ids(sentencepiece, pieces_per_prefix=2):
+    """The first pieces of each reference translation, as an autocompletion would send them:
+    int32 [batch, P] PAD-padded, and the pieces themselves."""
+    prefixes = [sentencepiece.encode(target, out_type=str)[:pieces_per_prefix]
+                for _, target in PAIRS]
+    ids = np.zeros([len(PAIRS), pieces_per_prefix], "int32")
+    for row, prefix in enumerate(prefixes):
+        ids[row, :len(prefix)] = [sentencepiece.piece_to_id(p) for p in prefix]
+    return ids, prefixes
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_a_forced_prefix_gives_ctranslate2s_target_prefix_tokens(
+        translator, model, sentencepiece, source_ids, beam):
+    ids, prefixes = prefix_ids(sentencepiece)
+    if beam == 1:
+        result = greedy_search(model, source_ids, EXTRA, prefix_ids=ids)
+    else:
+        result = beam_search(model, source_ids, beam_size=beam, alpha=0.0,
+                             max_output_extra=EXTRA, prefix_ids=ids)
+    ours = ours_best(result, source_ids, extra=EXTRA + ids.shape[1])
+    results = translator.translate_batch(
+        pieces(sentencepiece, [s for s, _ in PAIRS]), target_prefix=prefixes, beam_size=beam,
+        length_penalty=0, max_decoding_length=MAX_DECODING, **ct2_export.TRANSLATE_OPTIONS)
+    theirs = ct2_best(results, sentencepiece)
+    assert theirs == ours
+    assert all(h[:2] == list(row) for h, row in zip(ours, ids))  # each starts with its prefix
+    free = ours_best(greedy_search(model, source_ids, EXTRA), source_ids)
+    assert sum(h != f for h, f in zip(ours, free)) > len(PAIRS) // 4  # the prefix changed them
+
+
+@pytest.mark.parametrize("beam, n", [(1, 2), (4, 2), (4, 3)])
+def test_no_repeat_ngram_gives_ctranslate2s_tokens(translator, model, sentencepiece,
+                                                   source_ids, beam, n):
+    if beam == 1:
+        result = greedy_search(model, source_ids, EXTRA, no_repeat_ngram=n)
+    else:
+        result = beam_search(model, source_ids, beam_size=beam, alpha=0.0,
+                             max_output_extra=EXTRA, no_repeat_ngram=n)
+    ours = ours_best(result, source_ids)
+    results = translator.translate_batch(
+        pieces(sentencepiece, [s for s, _ in PAIRS]), beam_size=beam, length_penalty=0,
+        no_repeat_ngram_size=n, max_decoding_length=MAX_DECODING,
+        **ct2_export.TRANSLATE_OPTIONS)
+    assert ct2_best(results, sentencepiece) == ours
+    free = ours_best(greedy_search(model, source_ids, EXTRA), source_ids)
+    assert any(h != f for h, f in zip(ours, free))  # the rule acted on this model's outputs
