@@ -544,3 +544,67 @@ def test_export_program_picks_the_next_version_and_a_greedy_export_has_1_best(
 def test_export_program_names_a_missing_run_file(tmp_path, caplog):
     assert export_main([str(tmp_path), "--model-base-path", str(tmp_path / "m")]) == 2  # input
     assert str(tmp_path) in caplog.text
+
+
+def repeated_bigrams(row):
+    tokens = [int(t) for t in row]
+    tokens = tokens[:tokens.index(3)] if 3 in tokens else tokens  # up to EOS
+    grams = list(zip(tokens, tokens[1:]))
+    return len(grams) - len(set(grams))
+
+
+def test_export_program_no_repeat_ngram_forbids_repeats_in_every_signature(
+        run_dir, translator, tmp_path, caplog):
+    guarded = load_translator(run_dir, max_output_extra=EXTRA, no_repeat_ngram=2)
+    source_ids = translator.tokenizer.encode_source(tf.constant(SENTENCES)).to_tensor()
+    free = translator.search(source_ids, n_best=4).tokens.numpy()
+    assert sum(repeated_bigrams(row) for beam in free for row in beam) > 0  # random weights
+    tokens = guarded.search(source_ids, n_best=4).tokens.numpy()
+    assert sum(repeated_bigrams(row) for beam in tokens for row in beam) == 0
+    sampled = guarded.translate_sample(tf.constant(SENTENCES * 4), tf.fill([20], 1.5),
+                                       tf.zeros([20], tf.int32), tf.ones([20]),
+                                       tf.range(20, dtype=tf.int64))
+    assert len(set(sampled["translations"].numpy().tolist())) > 5
+
+    assert export_main([str(run_dir), "--model-base-path", str(tmp_path), "--no-repeat-ngram",
+                        "2", "--max-output-extra", str(EXTRA)]) == 0  # checked in a fresh process
+    loaded = client.load_saved_model(str(tmp_path / "tfformer" / "1"))
+    assert [t.text for t in client.translate_saved_model(SENTENCES, loaded)] == \
+        [text for text, _ in guarded.translate_texts(SENTENCES)]
+    assert [t.text for t in client.translate_saved_model(SENTENCES, loaded)] != \
+        [text for text, _ in translator.translate_texts(SENTENCES)]
+    assert export_main([str(run_dir), "--model-base-path", str(tmp_path),
+                        "--no-repeat-ngram", "-1"]) == 2
+    assert "no_repeat_ngram must be >= 0, got -1" in caplog.text
+
+
+def test_translate_program_samples_and_continues_prefixes(exported, translator, capsys):
+    from tfformer.cli import translate as translate_cli
+
+    base, _ = exported
+    where = ["--saved-model", str(base / "tfformer")]
+    sentences = SENTENCES[:3]
+    runs = []
+    for seed in ("7", "7", "8"):
+        assert translate_cli.main([*where, "--sample", "--seed", seed, "--temperature", "1.5",
+                                   *sentences]) == 0
+        runs.append(capsys.readouterr().out)
+    assert runs[0] == runs[1] and runs[0] != runs[2]
+    want = translator.translate_sample(
+        tf.constant(sentences), tf.fill([3], 1.5), tf.zeros([3], tf.int32), tf.ones([3]),
+        tf.fill([3], tf.constant(7, tf.int64)))["translations"].numpy()
+    assert runs[0].splitlines() == [t.decode("utf-8") for t in want]
+
+    prefix = translator.translate_texts(sentences[1:2])[0][0].split(" ")[0]
+    assert translate_cli.main([*where, "--prefix", prefix, "--scores", *sentences]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and all(line.split("\t")[1].startswith(prefix) for line in lines)
+
+    assert translate_cli.main([*where, "--sample", "--top-p", "1.5", "hola"]) == 2
+    assert "INVALID_ARGUMENT: assertion failed: [translate_sample: top_p must be in (0, 1]" \
+        in capsys.readouterr().err
+    for flags, message in ((["--sample", "--nbest", "2"], "--nbest and --sample call different"),
+                           (["--top-k", "5"], "--top-k need --sample")):
+        with pytest.raises(SystemExit) as usage:
+            translate_cli.main([*where, *flags, "hola"])
+        assert usage.value.code == 2 and message in capsys.readouterr().err
