@@ -861,13 +861,36 @@ def check_rest_outputs(doc: DocRun, result) -> None:
 
 @sh_check
 def check_rest_nbest(doc: DocRun, result) -> None:
-    """One sentence's 2 best: [[text, text]] and [[score, score]], best first."""
+    """One sentence's 2 best, in the row format: [text, text] and [score, score], best first."""
     from tfformer.contract import OUTPUT_SCORES, OUTPUT_TRANSLATIONS
 
-    outputs = json.loads(result.stdout)["outputs"]
-    (texts,), (scores,) = outputs[OUTPUT_TRANSLATIONS], outputs[OUTPUT_SCORES]
-    assert len(texts) == len(scores) == 2 and all(isinstance(t, str) for t in texts), outputs
-    assert 0 >= scores[0] >= scores[1], outputs
+    (prediction,) = json.loads(result.stdout)["predictions"]
+    texts, scores = prediction[OUTPUT_TRANSLATIONS], prediction[OUTPUT_SCORES]
+    assert len(texts) == len(scores) == 2 and all(isinstance(t, str) for t in texts), prediction
+    assert 0 >= scores[0] >= scores[1], prediction
+
+
+@sh_check
+def check_rest_sample(doc: DocRun, result) -> None:
+    """One sample, the same for the same seed: the command run again gives it again."""
+    predictions = json.loads(result.stdout)["predictions"]
+    check_rest_predictions(doc, result, "1")
+    again = subprocess.run(result.args, cwd=doc.work, env=doc.env, capture_output=True,
+                           text=True, timeout=60)
+    assert json.loads(again.stdout)["predictions"] == predictions
+
+
+@sh_check
+def check_rest_prefix(doc: DocRun, result, prefix: str) -> None:
+    check_rest_predictions(doc, result, "1")
+    (prediction,) = json.loads(result.stdout)["predictions"]
+    assert prediction["translations"].startswith(prefix), prediction
+
+
+@sh_check
+def check_starts_with(doc: DocRun, result, prefix: str) -> None:
+    check_output_lines(doc, result, "1")
+    assert result.stdout.startswith(prefix), result.stdout
 
 
 # Python run after a snippet, in its process: the objects the snippet promises.
@@ -895,11 +918,18 @@ assert os.path.getmtime(averaged) > os.path.getmtime("runs/bible/checkpoints/ckp
 assert len(translations) == 1 and isinstance(translations[0].text, str)
 assert isinstance(translations[0].score, float) and translations[0].score <= 0
 assert issubclass(TranslationError, Exception)
+assert [len(row) for row in best_two] == [2, 1] and best_two[0][0] == translations[0]
+assert best_two[0][0].score >= best_two[0][1].score
+assert samples[0] == samples[2] and all(s.score <= 0 for s in samples)
+assert len(completed) == 1 and completed[0].text.startswith("Hello")
 """,
 }
 
 # Inline code spans of the prose that are commands with arguments but are not run as written.
 INLINE_WHITELIST = {
+    "tfformer-export --no-repeat-ngram N":
+        "a synopsis (serving/README.md): tests/test_export.py runs the export program with it "
+        "and checks its translations",
     "tfformer-export --beam-size --length-penalty --max-output-extra":
         "a list of flags (README.md, Train)",
     "tfformer-train --recipe FILE":
