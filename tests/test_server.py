@@ -260,6 +260,13 @@ def test_nbest_signature_takes_an_int_k_and_answers_k_per_sentence(stub, handle,
     assert [[t.text for t in row] for row in got] == nbest_in_process(model_base / "2",
                                                                       sentences, 2)[0]
     assert client.translate_saved_model_nbest(sentences, 2, str(model_base / "2")) == got
+    # a k per sentence: each its own number of hypotheses, in process and over gRPC alike
+    ks = [1, 3, 2][:len(sentences)]
+    mixed = client.translate_nbest(sentences, ks, server=handle.address, batch_size=2)
+    assert [len(row) for row in mixed] == ks
+    assert [row[:k] for row, k in zip(nbest_in_process(model_base / "2", sentences, 3)[0], ks)] \
+        == [[t.text for t in row] for row in mixed]
+    assert client.translate_saved_model_nbest(sentences, ks, str(model_base / "2")) == mixed
     with pytest.raises(client.TranslationError) as caught:
         client.translate_nbest(["hola"], STANDIN_BEAM + 1, server=handle.address)
     assert caught.value.code == grpc.StatusCode.INVALID_ARGUMENT

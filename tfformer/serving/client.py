@@ -152,14 +152,34 @@ def parse_predict_response(response: predict_pb2.PredictResponse, expected: int,
     return _decode(arrays[OUTPUT_TRANSLATIONS], arrays[OUTPUT_SCORES])
 
 
-def _rows(translations: list[Translation], k: int) -> list[list[Translation]]:
-    return [translations[i:i + k] for i in range(0, len(translations), k)]
+def parse_nbest_response(response: predict_pb2.PredictResponse, ks: Sequence[int],
+                         server: Optional[str] = None) -> list[list[Translation]]:
+    """The hypotheses of an n-best response, ``ks[i]`` for sentence i, best first (the columns
+    past its own k, there when another sentence asked for more, are dropped)."""
+    expected = len(ks)
+    tensor = response.outputs.get(OUTPUT_TRANSLATIONS)
+    if tensor is None:
+        parse_predict_response(response, expected, server)  # raises: no such output
+    dims = [d.size for d in tensor.tensor_shape.dim]
+    width = dims[1] if len(dims) == 2 and dims[0] == expected else -1
+    if width < max(ks, default=1):
+        raise TranslationError(None, f"output {OUTPUT_TRANSLATIONS!r} of shape {dims} does not "
+                                     f"hold {max(ks)} hypotheses for each of {expected} "
+                                     f"sentences", server)
+    flat = parse_predict_response(response, expected, server, k=width)
+    return [flat[i * width:i * width + k] for i, k in enumerate(ks)]
 
 
 def _check_k(k: int) -> int:
     k = operator.index(k)  # TypeError for a float or None
     check_at_least("k", k)
     return k
+
+
+def _check_ks(k: int | Sequence[int], sentences: Sequence[str]) -> list[int]:
+    """One checked k per sentence."""
+    count = len(sentences) if not isinstance(sentences, (str, bytes)) else 1
+    return [_check_k(value) for value in per_sentence(NBEST_K_NAME, k, count)]
 
 
 def _batch_inputs(inputs: dict[str, Any], count: int) -> list[dict[str, Any]]:
@@ -171,10 +191,10 @@ def _batch_inputs(inputs: dict[str, Any], count: int) -> list[dict[str, Any]]:
 def _predict_over_grpc(sentences: Sequence[str], server: str, timeout: float,
                        channel: Optional[grpc.Channel], batch_size: int,
                        make_request: Callable[..., predict_pb2.PredictRequest],
-                       k: Optional[int] = None, inputs: Optional[dict[str, Any]] = None) -> list:
-    """One Predict call per batch of ``sentences``: a Translation per sentence, or with ``k``
-    a list of k. ``make_request(batch)``, or with ``inputs`` (per-sentence values by name)
-    ``make_request(batch, batch_inputs)``."""
+                       inputs: Optional[dict[str, Any]] = None, nbest: bool = False) -> list:
+    """One Predict call per batch of ``sentences``: a Translation per sentence, or with
+    ``nbest`` a list of k (``inputs["k"]``). ``make_request(batch)``, or with ``inputs``
+    (per-sentence values by name) ``make_request(batch, batch_inputs)``."""
     sentences = _check_sentences(sentences)
     if not sentences:
         return []
@@ -194,8 +214,10 @@ def _predict_over_grpc(sentences: Sequence[str], server: str, timeout: float,
                 response = stub.Predict(request, timeout=timeout)
             except grpc.RpcError as error:
                 raise TranslationError(error.code(), error.details() or "", target) from None
-            translations = parse_predict_response(response, len(batch), target, k=k)
-            return translations if k is None else _rows(translations, k)
+            if nbest:
+                return parse_nbest_response(response, [rows[i][NBEST_K_NAME] for i in indices],
+                                            target)
+            return parse_predict_response(response, len(batch), target)
 
         return [translation for batch in translate_in_batches(
             predict, range(len(sentences)), batch_size) for translation in batch]
@@ -227,20 +249,23 @@ def translate(
         lambda batch: make_predict_request(batch, model, signature, version))
 
 
-def translate_nbest(sentences: Sequence[str], k: int, server: str = DEFAULT_SERVER,
-                    model: str = DEFAULT_MODEL, signature: str = NBEST_SIGNATURE,
-                    timeout: float = DEFAULT_TIMEOUT, channel: Optional[grpc.Channel] = None, *,
-                    version: Optional[int] = None,
+def translate_nbest(sentences: Sequence[str], k: int | Sequence[int],
+                    server: str = DEFAULT_SERVER, model: str = DEFAULT_MODEL,
+                    signature: str = NBEST_SIGNATURE, timeout: float = DEFAULT_TIMEOUT,
+                    channel: Optional[grpc.Channel] = None, *, version: Optional[int] = None,
                     batch_size: int = DEFAULT_BATCH_SIZE) -> list[list[Translation]]:
-    """The ``k`` best translations of each sentence, best first, over gRPC (as ``translate``).
+    """The ``k`` best translations of each sentence, best first, over gRPC (as ``translate``);
+    ``k`` is one number for every sentence or a list of one per sentence.
 
     ``k`` above the export's beam size is refused by the model: ``TranslationError`` with
     ``INVALID_ARGUMENT``.
     """
-    k = _check_k(k)
+    ks = _check_ks(k, sentences)
     return _predict_over_grpc(
         sentences, server, timeout, channel, batch_size,
-        lambda batch: make_predict_request(batch, model, signature, version, k=k), k)
+        lambda batch, values: make_predict_request(batch, model, signature, version,
+                                                   inputs=values),
+        inputs={NBEST_K_NAME: ks}, nbest=True)
 
 
 def translate_sample(sentences: Sequence[str], temperature: float | Sequence[float] = 1.0,
@@ -358,8 +383,8 @@ def translate_saved_model_prefix(sentences: Sequence[str], prefixes: str | Seque
         inputs={PREFIXES_NAME: prefixes if isinstance(prefixes, str) else list(prefixes)})
 
 
-def translate_saved_model_nbest(sentences: Sequence[str], k: int, saved_model: Any,
-                                signature: str = NBEST_SIGNATURE,
+def translate_saved_model_nbest(sentences: Sequence[str], k: int | Sequence[int],
+                                saved_model: Any, signature: str = NBEST_SIGNATURE,
                                 batch_size: int = DEFAULT_BATCH_SIZE
                                 ) -> list[list[Translation]]:
     """The ``k`` best translations of each sentence, best first, in process (as
@@ -367,13 +392,17 @@ def translate_saved_model_nbest(sentences: Sequence[str], k: int, saved_model: A
     import tensorflow as tf
 
     sentences = _check_sentences(sentences)
-    k = _check_k(k)
+    ks = _check_ks(k, sentences)
     function = _signature(saved_model, signature)
 
-    def call(batch: list[str]) -> list[list[Translation]]:
-        outputs = function(**{INPUT_NAME: tf.constant(batch, dtype=tf.string),
-                              NBEST_K_NAME: tf.constant([k] * len(batch), dtype=tf.int32)})
-        return _rows(_decode(outputs[OUTPUT_TRANSLATIONS].numpy().reshape(-1),
-                             outputs[OUTPUT_SCORES].numpy().reshape(-1)), k)
+    def call(indices: list[int]) -> list[list[Translation]]:
+        wanted = [ks[i] for i in indices]
+        outputs = function(**{INPUT_NAME: tf.constant([sentences[i] for i in indices],
+                                                      dtype=tf.string),
+                              NBEST_K_NAME: tf.constant(wanted, dtype=tf.int32)})
+        texts, scores = outputs[OUTPUT_TRANSLATIONS].numpy(), outputs[OUTPUT_SCORES].numpy()
+        return [_decode(texts[row, :count], scores[row, :count])
+                for row, count in enumerate(wanted)]
 
-    return [row for batch in translate_in_batches(call, sentences, batch_size) for row in batch]
+    return [row for batch in translate_in_batches(call, range(len(sentences)), batch_size)
+            for row in batch]
