@@ -190,7 +190,8 @@ def _one_token_per_step(model, source_ids, max_output_extra, use_cache, no_repea
 
     def body(t, sequences, scores, finished, state):
         log_probs, state = decoder(sequences, state)
-        log_probs = rules(log_probs, t + 1 >= max_lengths, sequences[:, 1:],
+        log_probs = rules(log_probs, t + 1 >= max_lengths,
+                          sequences[:, 1:] if no_repeat_ngram else None,
                           None if prefix is None else prefix.forced(t))
         tokens = choose(log_probs, t)
         token_log_probs = tf.gather(log_probs, tokens, batch_dims=1)
@@ -299,11 +300,13 @@ def beam_search(model, source_ids: tf.Tensor, beam_size: int = 4, alpha: float =
     neg_inf = tf.constant(_NEG_INF)
     positions = tf.range(2 * k)[tf.newaxis]
     per_row = lambda x: tf.repeat(x, k, axis=0)  # noqa: E731  [batch] -> [batch * k]
+    row_max_lengths = per_row(max_lengths)
 
     def body(t, alive, alive_log_probs, finished, finished_scores, done, state):
         rows = tf.reshape(alive, [batch * k, -1])
         log_probs, state = decoder(rows, state)
-        log_probs = rules(log_probs, per_row(t + 1 >= max_lengths), rows[:, 1:],
+        log_probs = rules(log_probs, t + 1 >= row_max_lengths,
+                          rows[:, 1:] if no_repeat_ngram else None,
                           None if prefix is None else per_row(prefix.forced(t)))
         vocab = tf.shape(log_probs)[-1]
         log_probs = tf.reshape(log_probs, [batch, k, vocab])
@@ -322,9 +325,13 @@ def beam_search(model, source_ids: tf.Tensor, beam_size: int = 4, alpha: float =
         top_sequences = tf.concat([tf.gather(alive, top_beams, batch_dims=1),
                                    top_tokens[:, :, None]], axis=2)
 
-        # The first k candidates without EOS stay alive, in rank order.
-        _, keep = tf.math.top_k(tf.where(ends, -1, 2 * k - positions), k=k)
-        alive_log_probs = tf.gather(top_log_probs, keep, batch_dims=1)
+        # The first k candidates without EOS stay alive, in rank order (after a prefix, a
+        # dead beam keeps its rank, as in CTranslate2).
+        if prefix is None:
+            alive_log_probs, keep = tf.math.top_k(tf.where(ends, neg_inf, top_log_probs), k=k)
+        else:
+            _, keep = tf.math.top_k(tf.where(ends, -1, 2 * k - positions), k=k)
+            alive_log_probs = tf.gather(top_log_probs, keep, batch_dims=1)
         alive = tf.gather(top_sequences, keep, batch_dims=1)
         state = decoder.reorder(state, tf.reshape(
             tf.gather(top_beams, keep, batch_dims=1) + batch_offsets, [-1]))
@@ -332,7 +339,7 @@ def beam_search(model, source_ids: tf.Tensor, beam_size: int = 4, alpha: float =
         # EOS among the top k finishes a hypothesis, unless its sentence is already done.
         eligible = ends & (positions < k) & (top_log_probs > neg_inf / 2)
         eligible = tf.logical_and(eligible, tf.logical_not(done)[:, None])
-        generated = (t + 1 - prefix_lengths)[:, None]
+        generated = t + 1 if prefix is None else (t + 1 - prefix_lengths)[:, None]
         new_scores = tf.where(eligible, top_log_probs / length_penalty(generated, alpha),
                               neg_inf)
         padded_finished = tf.pad(finished, [[0, 0], [0, 0], [0, 1]], constant_values=PAD_ID)
