@@ -58,6 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="largest batch accepted by Predict (default %(default)s)")
     parser.add_argument("--max-input-chars", type=int, default=DEFAULT_MAX_INPUT_CHARS,
                         help="longest input string, in characters (default %(default)s)")
+    parser.add_argument("--enable-batching", action="store_true",
+                        help="merge concurrent Predict calls of a signature on dimension 0, as "
+                             "TF Serving's --enable_batching does")
+    parser.add_argument("--batching-parameters-file", metavar="FILE",
+                        help="TF Serving's text-format BatchingParameters (max_batch_size, "
+                             "batch_timeout_micros, max_enqueued_batches, num_batch_threads, "
+                             "allowed_batch_sizes, pad_variable_length_inputs); with "
+                             "--enable-batching (default: TF Serving's defaults)")
     parser.add_argument("--grace-seconds", type=float, default=DEFAULT_GRACE_SECONDS,
                         help="on SIGTERM/SIGINT, time given to in-flight RPCs "
                              "(default %(default)s)")
@@ -75,6 +83,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if value < 1:
             logger.error("%s must be at least 1, got %d", flag, value)
             return 2
+    if args.batching_parameters_file and not args.enable_batching:
+        logger.error("--batching-parameters-file needs --enable-batching")
+        return 2
     if not 0 <= args.rest_api_port <= 65535:
         logger.error("--rest-api-port must be a port number (0: off), got %d", args.rest_api_port)
         return 2
@@ -98,14 +109,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _serve(args: argparse.Namespace, stop: threading.Event) -> int:
     """Starts the servers, prints where they listen, serves until `stop`; the exit status."""
+    from tfformer.serving.batching import BatchingParameters
     from tfformer.serving.server import start_server  # TensorFlow: not for --help
 
+    batching = None
+    if args.enable_batching:
+        try:
+            batching = (BatchingParameters.from_file(args.batching_parameters_file)
+                        if args.batching_parameters_file else BatchingParameters())
+        except (OSError, ValueError) as error:
+            logger.error("%s", error)
+            return 2
     try:
         handle = start_server(
             args.model_base_path, args.model_name, args.host, args.port,
             poll_seconds=args.poll_seconds, workers=args.workers,
             max_batch_size=args.max_batch_size, max_input_chars=args.max_input_chars,
-            rest_api_port=args.rest_api_port or None)
+            rest_api_port=args.rest_api_port or None, batching=batching)
     except FileNotFoundError as error:
         logger.error("%s", error)
         return 2

@@ -29,6 +29,7 @@ from tfformer.serving.defaults import (
     DEFAULT_POLL_SECONDS,
     DEFAULT_WORKERS,
 )
+from tfformer.serving.batching import Batcher, BatchingParameters
 from tfformer.serving.requests import RequestValidator
 from tfformer.serving.rest import RestApi, RestServer
 from tfformer.serving.service import ModelStatusServicer, PredictionServicer
@@ -47,9 +48,10 @@ class ServerHandle:
     ``rest_port`` and ``rest_address`` (None without the REST API)."""
 
     def __init__(self, server: grpc.Server, manager: ModelVersionManager, host: str, port: int,
-                 rest: Optional[RestServer] = None):
+                 rest: Optional[RestServer] = None, batcher: Optional[Batcher] = None):
         self._server = server
         self._rest = rest
+        self.batcher = batcher
         self.manager = manager
         self.host = host
         self.port = port
@@ -71,6 +73,8 @@ class ServerHandle:
         stopped.wait()
         if self._rest:
             self._rest.close()
+        if self.batcher:
+            self.batcher.stop()
 
     def wait_for_termination(self, timeout: Optional[float] = None) -> bool:
         return self._server.wait_for_termination(timeout)
@@ -93,12 +97,15 @@ def start_server(
     max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
     max_input_chars: int = DEFAULT_MAX_INPUT_CHARS,
     rest_api_port: Optional[int] = None,
+    batching: Optional[BatchingParameters] = None,
 ) -> ServerHandle:
     """Load the highest version under ``model_base_path`` (the ``BASE/NAME`` dir) and serve it.
 
     ``model_name`` defaults to the base path's last component. ``port=0`` binds a free port (read
     it from the handle). ``rest_api_port`` also serves TF Serving's REST API on ``host`` (0: a
-    free port; None: no REST API). ``poll_seconds <= 0`` disables polling. Raises
+    free port; None: no REST API). ``batching`` merges concurrent requests as TF Serving's
+    ``--enable_batching`` does (`tfformer.serving.batching`). ``poll_seconds <= 0`` disables
+    polling. Raises
     ``FileNotFoundError`` when no version directory exists, ``RuntimeError`` when the highest
     version fails to load (like TF Serving, which does not start then), ``OSError`` when an
     address cannot be bound.
@@ -119,25 +126,33 @@ def start_server(
         # Without this gRPC sets SO_REUSEPORT and a second server on a busy port "binds" silently.
         options=[("grpc.so_reuseport", 0)],
     )
-    servicer = PredictionServicer(manager, RequestValidator(max_batch_size, max_input_chars))
+    batcher = Batcher(batching) if batching is not None else None
+    servicer = PredictionServicer(manager, RequestValidator(max_batch_size, max_input_chars),
+                                  batcher)
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(servicer, server)
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelStatusServicer(manager), server)
     try:
-        bound = server.add_insecure_port(_address(host, port))
-    except RuntimeError as error:
-        raise OSError(f"cannot bind {_address(host, port)}: {error}") from error
-    if not bound:
-        raise OSError(f"cannot bind {_address(host, port)}")
-    try:
-        rest = None if rest_api_port is None else RestServer(RestApi(servicer), host, rest_api_port)
+        try:
+            bound = server.add_insecure_port(_address(host, port))
+        except RuntimeError as error:
+            raise OSError(f"cannot bind {_address(host, port)}: {error}") from error
+        if not bound:
+            raise OSError(f"cannot bind {_address(host, port)}")
+        try:
+            rest = (None if rest_api_port is None
+                    else RestServer(RestApi(servicer), host, rest_api_port))
+        except OSError:
+            server.stop(None)
+            raise
     except OSError:
-        server.stop(None)
+        if batcher:
+            batcher.stop()
         raise
     server.start()
     if rest:
         rest.start()
     manager.start_polling()
-    handle = ServerHandle(server, manager, host, bound, rest)
+    handle = ServerHandle(server, manager, host, bound, rest, batcher)
     logger.info("Serving model %r version %d from %s at %s (gRPC)%s", name,
                 manager.current.version, base_path, handle.address,
                 f" and {handle.rest_address} (REST)" if rest else "")

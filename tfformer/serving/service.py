@@ -18,6 +18,7 @@ from tensorflow_serving.apis import (
 )
 
 from tfformer.contract import DEFAULT_SIGNATURE
+from tfformer.serving.batching import Batcher
 from tfformer.serving.requests import (
     RequestValidator,
     ServingError,
@@ -38,11 +39,14 @@ def unimplemented(method: str) -> ServingError:
 
 
 class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
-    """``tensorflow.serving.PredictionService`` over a ModelVersionManager."""
+    """``tensorflow.serving.PredictionService`` over a ModelVersionManager; with a `Batcher`,
+    Predict calls are merged as TF Serving's request batching merges them."""
 
-    def __init__(self, manager: ModelVersionManager, validator: RequestValidator):
+    def __init__(self, manager: ModelVersionManager, validator: RequestValidator,
+                 batcher: Batcher | None = None):
         self.manager = manager
         self.validator = validator
+        self.batcher = batcher
 
     # -- RPCs
 
@@ -107,7 +111,10 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
                      loaded.version, signature_name,
                      {k: tuple(v.shape) for k, v in feeds.items()})
         try:
-            outputs = function(**feeds)
+            if self.batcher is None:
+                outputs = {name: tensor.numpy() for name, tensor in function(**feeds).items()}
+            else:  # merged with other requests of this signature and version
+                outputs = self.batcher.run((id(loaded), signature_name), function, feeds)
         except tf.errors.OpError as error:
             raise serving_error(error) from error
         response = predict_pb2.PredictResponse()
@@ -115,7 +122,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         response.model_spec.signature_name = signature_name
         response.model_spec.version.value = loaded.version
         for name in output_names:
-            response.outputs[name].CopyFrom(to_tensor_proto(outputs[name].numpy()))
+            response.outputs[name].CopyFrom(to_tensor_proto(outputs[name]))
         return response
 
     def model_metadata(self, request):
