@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from concurrent import futures
 
 import grpc
 import keras
@@ -608,3 +609,75 @@ def test_translate_program_samples_and_continues_prefixes(exported, translator, 
         with pytest.raises(SystemExit) as usage:
             translate_cli.main([*where, *flags, "hola"])
         assert usage.value.code == 2 and message in capsys.readouterr().err
+
+
+def merged_calls(calls, sentence_index, others):
+    """`calls` for sentence `sentence_index` alone, and merged (first) with the sentences
+    `others`, as request batching concatenates requests."""
+    alone, merged = {}, {}
+    for signature, inputs in calls.items():
+        alone[signature] = {name: values[sentence_index:sentence_index + 1]
+                            for name, values in inputs.items()}
+        merged[signature] = {name: values[sentence_index:sentence_index + 1]
+                             + [values[i] for i in others] for name, values in inputs.items()}
+    return alone, merged
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_a_sentence_translates_the_same_alone_and_merged_with_longer_ones(
+        search, run_dir, translator):
+    if search == "greedy":
+        translator = load_translator(run_dir, beam_size=1, max_output_extra=EXTRA)
+    calls = every_signature_calls(translator)
+    if search == "greedy":
+        calls["translate_nbest"]["k"] = [1] * len(SENTENCES)
+    longer = [0, 1]  # the two longest sentences
+    for short in (2, 4):
+        alone, merged = merged_calls(calls, short, longer)
+        alone, merged = run_in_memory(translator, alone), run_in_memory(translator, merged)
+        for signature, outputs in alone.items():
+            width = len(outputs["translations"])  # its row of the merged batch
+            if signature == "translate_nbest":  # the merged rows are as wide as their largest k
+                width_merged = len(merged[signature]["translations"]) // (1 + len(longer))
+                cut = lambda values: values[:width_merged][:width]  # noqa: E731
+            else:
+                cut = lambda values: values[:width]  # noqa: E731
+            assert cut(merged[signature]["translations"]) == outputs["translations"], signature
+            np.testing.assert_allclose(cut(merged[signature]["scores"]), outputs["scores"],
+                                       atol=1e-5)
+
+
+def test_the_server_merges_every_signature_of_the_real_export(exported, translator):
+    from tfformer.serving.batching import BatchingParameters
+
+    base, _ = exported
+    calls = every_signature_calls(translator)
+    expected = {signature: run_in_memory(translator, {signature: {
+        name: values[:1] for name, values in inputs.items()}})[signature]
+        for signature, inputs in calls.items()}  # sentence 0 alone
+    batching = BatchingParameters(max_batch_size=16, batch_timeout_micros=500_000,
+                                  num_batch_threads=1)
+    with server.start_server(os.path.join(base, "tfformer"), "tfformer", workers=16,
+                             poll_seconds=0, batching=batching) as handle:
+        def one(signature_and_index):
+            signature, index = signature_and_index
+            inputs = {name: values[index:index + 1]
+                      for name, values in calls[signature].items()}
+            sentences = inputs.pop("inputs")
+            request = client.make_predict_request(sentences, signature=signature,
+                                                  inputs=inputs)
+            with grpc.insecure_channel(handle.address) as channel:
+                response = client.prediction_service_pb2_grpc.PredictionServiceStub(
+                    channel).Predict(request, timeout=120)
+            return client.make_ndarray(response.outputs["translations"]).tolist()
+
+        jobs = [(signature, i) for signature in calls for i in (0, 0, 1)]
+        with futures.ThreadPoolExecutor(len(jobs)) as pool:
+            answers = list(pool.map(one, jobs))
+        tasks, batches = handle.batcher.tasks_run, handle.batcher.batches_run
+    assert tasks == len(jobs) and batches < tasks
+    for (signature, index), answer in zip(jobs, answers):
+        if index == 0:
+            texts = [t.decode("utf-8") for t in np.ravel(answer)]
+            want = expected[signature]["translations"]
+            assert texts[:len(want)] == want, signature

@@ -828,3 +828,54 @@ def test_stand_alone_grpc_client_example_translates_without_tfformer(handle, mod
     assert result.returncode == 0, result.stderr[-2000:]
     texts, scores = in_process(model_base / "2", ["hola mundo", "gato"])
     assert result.stdout.splitlines() == [f"{s:.4f}\t{t}" for t, s in zip(texts, scores)]
+
+
+# --------------------------------------------------------------------------------------------
+# Request batching
+
+
+def test_batching_merges_concurrent_requests_over_grpc_and_rest(model_base):
+    from tests.test_rest import rest
+    from tfformer.serving.batching import BatchingParameters
+
+    sentences = [[f"hola {i}", "gato"] for i in range(6)]
+    batching = BatchingParameters(max_batch_size=32, batch_timeout_micros=300_000,
+                                  num_batch_threads=1)
+    with server.start_server(str(model_base), MODEL, port=0, poll_seconds=0, workers=8,
+                             rest_api_port=0, batching=batching) as running:
+        with futures.ThreadPoolExecutor(8) as pool:
+            grpc_answers = list(pool.map(
+                lambda batch: client.translate(batch, server=running.address, timeout=30),
+                sentences[:4]))
+            nbest = list(pool.map(
+                lambda k: client.translate_nbest(["gato", "hola"], k, server=running.address,
+                                                 timeout=30), [1, 3]))
+            rest_answers = list(pool.map(
+                lambda batch: rest(running, "/v1/models/tfformer:predict",
+                                   {"instances": batch}), sentences[4:]))
+        merged = running.batcher.batches_run
+        tasks = running.batcher.tasks_run
+    for batch, answer in zip(sentences, grpc_answers):
+        texts, scores = in_process(model_base / "2", batch)
+        assert [t.text for t in answer] == texts and [t.score for t in answer] == scores.tolist()
+    for batch, (status, body) in zip(sentences[4:], rest_answers):
+        assert status == 200
+        assert [p["translations"] for p in body["predictions"]] == in_process(
+            model_base / "2", batch)[0]
+    # merged with a request for 3 hypotheses, the one for 1 still gets 1
+    assert [[len(row) for row in answer] for answer in nbest] == [[1, 1], [3, 3]]
+    assert [row[0].text for row in nbest[0]] == [row[0].text for row in nbest[1]]
+    assert tasks == 8 and merged < tasks  # requests were merged
+
+
+def test_serve_program_refuses_bad_batching_settings(tmp_path, model_base, caplog):
+    from tfformer.cli import serve as serve_cli
+
+    assert serve_cli.main(["--model-base-path", str(model_base), "--port", "0",
+                           "--batching-parameters-file", "x.config"]) == 2
+    assert "--batching-parameters-file needs --enable-batching" in caplog.text
+    bad = tmp_path / "batching.config"
+    bad.write_text("max_batch_size { value: 8 }\nbatch_threads { value: 2 }\n")
+    assert serve_cli.main(["--model-base-path", str(model_base), "--port", "0",
+                           "--enable-batching", "--batching-parameters-file", str(bad)]) == 2
+    assert f"{bad}: 2:1 : " in caplog.text and "batch_threads" in caplog.text
