@@ -18,7 +18,6 @@ from tests.test_rest import call
 from tfformer.cli.export import main as export_main
 from tfformer.contract import (
     NBEST_SIGNATURE,
-    PREFIX_SIGNATURE,
     SAMPLE_SIGNATURE,
     SIGNATURE_NAMES,
     read_saved_model,

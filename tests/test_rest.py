@@ -225,8 +225,9 @@ SAME_AS_GRPC = {
     "rank 2": ({"instances": [["hola"]]}, lambda: predict_request([["hola"]])),
     "k = 0": ({"signature_name": NBEST, "inputs": {"inputs": ["hola"], "k": [0]}},
               lambda: nbest_request(["hola"], 0)),
-    "k over the beam size": ({"signature_name": NBEST, "inputs": {"inputs": ["a", "b"], "k": [4, 4]}},
-                             lambda: nbest_request(["a", "b"], 4)),
+    "k over the beam size": (
+        {"signature_name": NBEST, "inputs": {"inputs": ["a", "b"], "k": [4, 4]}},
+        lambda: nbest_request(["a", "b"], 4)),
     "k as a scalar": ({"signature_name": NBEST, "inputs": {"inputs": ["hola"], "k": 2}},
                       lambda: nbest_request(["hola"], 2, shape=[])),
 }

@@ -160,8 +160,9 @@ def _checked(signature: str, inputs: tf.Tensor, per_sentence: dict[str, tf.Tenso
              conditions: list[tuple]) -> tf.Tensor:
     """`inputs`, once the graph has checked that each per-sentence input has one value per
     sentence and each condition (a bool vector, the input's name, what it must be ending in
-    what the values show, and maybe other values to show than the input's) holds: otherwise an InvalidArgument error naming the input, which TF
-    Serving answers as INVALID_ARGUMENT, before any search."""
+    what the values show, and maybe other values to show than the input's) holds: otherwise
+    an InvalidArgument error naming the input, which TF Serving answers as INVALID_ARGUMENT,
+    before any search."""
     batch = tf.shape(inputs)[0]
     checks = [tf.debugging.Assert(
         tf.equal(tf.shape(values)[0], batch),

@@ -97,7 +97,8 @@ for signature, inputs in calls.items():
     outputs = loaded.signatures[signature](**{
         name: tf.constant(values, tf.as_dtype(dtypes[name])) for name, values in inputs.items()})
     answers[signature] = {
-        name: [v.decode("utf-8") if isinstance(v, bytes) else v for v in tensor.numpy().ravel().tolist()]
+        name: [v.decode("utf-8") if isinstance(v, bytes) else v
+               for v in tensor.numpy().ravel().tolist()]
         for name, tensor in outputs.items()} | {
         "shape/" + name: tensor.shape.as_list() for name, tensor in outputs.items()}
 answers["modules"] = sorted(m.split(".")[0] for m in sys.modules
@@ -195,12 +196,13 @@ def export_saved_model(translator: Translator, model_base_path: str | os.PathLik
     """Writes `model_base_path/name/version/` (the layout TF Serving watches) and checks it.
 
     Signatures: `serving_default` and `translate` (the best hypothesis), `translate_nbest` (the
-    k best), `translate_sample` and `translate_prefix` (see `tfformer.contract`). Warmup: one request per signature on the first check
-    sentences (an empty sentence without them) in `assets.extra/` (`tfformer.export.warmup`),
-    which TF Serving and `tfformer-serve` replay before the version serves. Checks: every op
-    is one stock TF Serving has (`check_ops`), and, for `check_sentences`, a fresh process that
-    imports only tensorflow and tensorflow_text translates exactly as the in-memory
-    `translator` does, through every signature (the whole n-best list, samples, prefixes). A failed check removes nothing but
+    k best), `translate_sample` and `translate_prefix` (see `tfformer.contract`). Warmup: one
+    request per signature on the first check sentences (an empty sentence without them) in
+    `assets.extra/` (`tfformer.export.warmup`), which TF Serving and `tfformer-serve` replay
+    before the version serves. Checks: every op is one stock TF Serving has (`check_ops`),
+    and, for `check_sentences`, a fresh process that imports only tensorflow and
+    tensorflow_text translates exactly as the in-memory `translator` does, through every
+    signature (the whole n-best list, samples, prefixes). A failed check removes nothing but
     raises ExportError, and the version directory is only renamed into place once it passed,
     so TF Serving never loads it.
 

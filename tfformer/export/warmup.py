@@ -15,7 +15,7 @@ import tensorflow as tf
 from google.protobuf.message import DecodeError
 from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
 
-from tfformer.contract import INPUT_DTYPES, INPUT_NAME, SIGNATURE_INPUTS
+from tfformer.contract import INPUT_DTYPES, SIGNATURE_INPUTS
 
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 # TF Serving refuses a version whose file holds more (saved_model_warmup_util.cc).

@@ -21,6 +21,7 @@ import grpc
 from tensorflow_serving.apis import model_service_pb2_grpc, prediction_service_pb2_grpc
 
 from tfformer.contract import list_versions
+from tfformer.serving.batching import Batcher, BatchingParameters
 from tfformer.serving.defaults import (
     DEFAULT_GRACE_SECONDS,
     DEFAULT_HOST,
@@ -29,7 +30,6 @@ from tfformer.serving.defaults import (
     DEFAULT_POLL_SECONDS,
     DEFAULT_WORKERS,
 )
-from tfformer.serving.batching import Batcher, BatchingParameters
 from tfformer.serving.requests import RequestValidator
 from tfformer.serving.rest import RestApi, RestServer
 from tfformer.serving.service import ModelStatusServicer, PredictionServicer
