@@ -56,7 +56,7 @@ class Recorder:
 
     def __call__(self, x, **others):
         self.started.set()
-        self.hold.wait(10)
+        self.hold.wait(60)
         self.sizes.append(int(x.shape[0]))
         tf.debugging.assert_non_negative(x, message="x must be >= 0")
         return {"y": x * 2, "batch": tf.fill(tf.shape(x)[:1], tf.shape(x)[0]),
@@ -140,8 +140,8 @@ def test_a_full_queue_is_unavailable_and_the_batcher_serves_on():
         second = threading.Thread(target=batcher.run, args=("sig", recorder, {"x": tf.range(1)}))
         second.start()  # waits in the one batch the queue holds
         deadline = time.monotonic() + 10
-        while not batcher._open and time.monotonic() < deadline:
-            time.sleep(0.01)
+        while not (batcher._open or batcher._closed) and time.monotonic() < deadline:
+            time.sleep(0.01)  # (a full batch of 1 is closed at once: it waits as closed)
         with pytest.raises(ServingError) as caught:
             batcher.run("sig", recorder, {"x": tf.range(1)})
         assert caught.value.code == grpc.StatusCode.UNAVAILABLE
