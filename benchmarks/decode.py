@@ -10,8 +10,9 @@ The "formats" rows time, for each search (greedy; beam 4 with length penalty 0.6
 `tfformer-export`'s SavedModel in float32 and with `--precision bf16`, and
 `tfformer-export --format ctranslate2`'s model with float32 and int8 weights (CTranslate2 with
 `--threads` intra-op threads), called in turn round after round; `over_ctranslate2_fp32` is each
-one's median time over CTranslate2 fp32's. `cpu_flags` names what sets bf16's speed
-(AVX512_BF16, AMX).
+one's median time over CTranslate2 fp32's. Every row names the CPU's matmul flags (`cpu_flags`:
+AVX2, AVX-512, AVX512_BF16, AMX) and whether TensorFlow runs oneDNN (`onednn`, and the
+`TF_ENABLE_ONEDNN_OPTS` it was given): they set each format's speed.
 
 Every hypothesis is exactly 64 tokens long: the models are random with EOS's output embedding set
 to zero (so EOS never wins before the length limit) and max_output_extra chosen so that the
@@ -187,11 +188,16 @@ def format_comparison(preset: str, model, tokenizer, extra: int, batches, reps: 
     import ctranslate2
     import sentencepiece
     import tensorflow as tf
+    from tensorflow.python.util import _pywrap_util_port
 
     from tfformer.decode.translator import Translator, in_precision
     from tfformer.export.ctranslate2 import TRANSLATE_OPTIONS, export_ctranslate2
     from tfformer.export.saved_model import export_saved_model
+    from tfformer.utils.cpu import matmul_flags
 
+    machine = {"cpu_flags": matmul_flags(),
+               "onednn": bool(_pywrap_util_port.IsMklEnabled()),
+               "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS")}
     rows = []
     with tempfile.TemporaryDirectory() as work:
         run = os.path.join(work, "run")
@@ -233,6 +239,7 @@ def format_comparison(preset: str, model, tokenizer, extra: int, batches, reps: 
                 }, reps * 2 if batch == 1 else reps, budget_seconds)
                 reference = timings["ctranslate2-fp32"]["median_ms"]
                 row = {"preset": preset, "search": search, "batch": batch,
+                       **machine,  # beside every row: what sets each format's speed
                        "ctranslate2_output_pieces": ct2_pieces,
                        **{name: timings[name] for name in FORMATS},
                        "over_ctranslate2_fp32": {name: round(timings[name]["median_ms"]
