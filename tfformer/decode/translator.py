@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from tfformer.config import DecodingConfig
 from tfformer.contract import (
+    DEFAULT_SIGNATURE,
     INPUT_DTYPES,
     INPUT_NAME,
     NBEST_K_NAME,
@@ -27,6 +28,7 @@ from tfformer.contract import (
     TEMPERATURE_NAME,
     TOP_K_NAME,
     TOP_P_NAME,
+    TRANSLATE_SIGNATURE,
 )
 from tfformer.data.tokenizer import Tokenizer
 from tfformer.decode.search import SearchResult, beam_search, greedy_search, sample_search
@@ -76,7 +78,7 @@ class Translator(tf.Module):
         self.max_prefix_pieces = model.transformer_config.max_length - 2
         # autograph=False: the searches are graph ops (one tf.while_loop), so converting their
         # Python (autograph) would only add seconds to every trace.
-        self.translate = self._function(self._translate, INPUT_NAME)
+        self.translate = self._function(self._translate, DEFAULT_SIGNATURE)
         self.translate_nbest = self._function(self._translate_nbest, NBEST_SIGNATURE)
         self.translate_sample = self._function(self._translate_sample, SAMPLE_SIGNATURE)
         self.translate_prefix = self._function(self._translate_prefix, PREFIX_SIGNATURE)
@@ -84,9 +86,16 @@ class Translator(tf.Module):
     @staticmethod
     def _function(method, signature: str):
         """A tf.function of `method` over the signature's inputs, each a vector [batch]."""
-        names = SIGNATURE_INPUTS.get(signature, (INPUT_NAME,))
         return tf.function(method, autograph=False, input_signature=[
-            tf.TensorSpec([None], tf.as_dtype(INPUT_DTYPES[name]), name=name) for name in names])
+            tf.TensorSpec([None], tf.as_dtype(INPUT_DTYPES[name]), name=name)
+            for name in SIGNATURE_INPUTS[signature]])
+
+    def signature_functions(self) -> dict:
+        """Signature name -> the tf.function that answers it, for every signature of
+        `tfformer.contract` (the export saves them; its checks call them)."""
+        return {DEFAULT_SIGNATURE: self.translate, TRANSLATE_SIGNATURE: self.translate,
+                NBEST_SIGNATURE: self.translate_nbest, SAMPLE_SIGNATURE: self.translate_sample,
+                PREFIX_SIGNATURE: self.translate_prefix}
 
     def search(self, source_ids: tf.Tensor, n_best: int = 1,
                prefix_ids: tf.Tensor | None = None) -> SearchResult:

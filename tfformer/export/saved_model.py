@@ -20,7 +20,6 @@ from typing import Any, Iterable, Sequence
 import tensorflow as tf
 
 from tfformer.contract import (
-    BEST_SIGNATURE_NAMES,
     DEFAULT_SIGNATURE,
     INPUT_DTYPES,
     INPUT_NAME,
@@ -33,6 +32,7 @@ from tfformer.contract import (
     SAMPLE_SIGNATURE,
     SEED_NAME,
     SIGNATURE_INPUTS,
+    SIGNATURE_NAMES,
     TEMPERATURE_NAME,
     TOP_K_NAME,
     TOP_P_NAME,
@@ -152,11 +152,7 @@ def check_calls(sentences: Sequence[str], k: int,
 def run_in_memory(translator: Translator, calls: dict[str, dict[str, list]]
                   ) -> dict[str, dict[str, list]]:
     """`calls` made on the in-memory Translator: answers as `run_in_fresh_process` gives them."""
-    functions = {DEFAULT_SIGNATURE: translator.translate,
-                 TRANSLATE_SIGNATURE: translator.translate,
-                 NBEST_SIGNATURE: translator.translate_nbest,
-                 SAMPLE_SIGNATURE: translator.translate_sample,
-                 PREFIX_SIGNATURE: translator.translate_prefix}
+    functions = translator.signature_functions()
     answers = {}
     for signature, inputs in calls.items():
         outputs = functions[signature](*[
@@ -218,11 +214,8 @@ def export_saved_model(translator: Translator, model_base_path: str | os.PathLik
         raise FileExistsError(f"{final_dir} exists: versions are immutable, pick a new one")
     # TF Serving polls for integer directory names: write under a name it ignores.
     staging_dir = os.path.join(model_base_path, name, f".tmp-{version}-{os.getpid()}")
-    best = translator.translate.get_concrete_function()
-    signatures = {key: best for key in BEST_SIGNATURE_NAMES}
-    signatures[NBEST_SIGNATURE] = translator.translate_nbest.get_concrete_function()
-    signatures[SAMPLE_SIGNATURE] = translator.translate_sample.get_concrete_function()
-    signatures[PREFIX_SIGNATURE] = translator.translate_prefix.get_concrete_function()
+    signatures = {name: function.get_concrete_function()
+                  for name, function in translator.signature_functions().items()}
     # TF logs every captured input it renames (one line of hundreds of names) through absl.
     absl_logger = logging.getLogger("absl")
     level = absl_logger.level
@@ -234,18 +227,22 @@ def export_saved_model(translator: Translator, model_base_path: str | os.PathLik
     check_ops(staging_dir)
     warmup_calls = check_calls(list(check_sentences[:WARMUP_SENTENCES]) or [""],
                                translator.beam_size)
+    warmup_calls[TRANSLATE_SIGNATURE] = warmup_calls[DEFAULT_SIGNATURE]
     write_warmup_requests(staging_dir, warmup_requests(
-        name, {DEFAULT_SIGNATURE: warmup_calls[DEFAULT_SIGNATURE],
-               TRANSLATE_SIGNATURE: warmup_calls[DEFAULT_SIGNATURE], **warmup_calls}))
+        name, {signature: warmup_calls[signature] for signature in SIGNATURE_NAMES}))
     if check_sentences:
         # The prefixes: the first word of each translation, as an autocompletion would send,
         # cut well within the prefix limit in pieces (an undertrained model's first "word" may
         # be a whole translation without spaces).
-        best = translator.translate_texts(check_sentences)
+        calls = check_calls(check_sentences, translator.beam_size)
+        expected = run_in_memory(translator, {DEFAULT_SIGNATURE: calls[DEFAULT_SIGNATURE]})
         longest = translator.max_prefix_pieces // 2
-        calls = check_calls(check_sentences, translator.beam_size,
-                            [text.split(" ")[0][:longest] for text, _ in best])
-        expected = run_in_memory(translator, calls)
+        calls[PREFIX_SIGNATURE][PREFIXES_NAME] = [
+            text.split(" ")[0][:longest]
+            for text in expected[DEFAULT_SIGNATURE][OUTPUT_TRANSLATIONS]]
+        expected.update(run_in_memory(translator, {signature: inputs for signature, inputs
+                                                   in calls.items()
+                                                   if signature != DEFAULT_SIGNATURE}))
         got = run_in_fresh_process(staging_dir, calls)
         for signature in calls:
             _check_same(check_sentences, expected[signature][OUTPUT_TRANSLATIONS],

@@ -20,7 +20,7 @@ import dataclasses
 import logging
 import operator
 import os
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 import grpc
 
@@ -176,9 +176,8 @@ def _check_k(k: int) -> int:
     return k
 
 
-def _check_ks(k: int | Sequence[int], sentences: Sequence[str]) -> list[int]:
-    """One checked k per sentence."""
-    count = len(sentences) if not isinstance(sentences, (str, bytes)) else 1
+def _check_ks(k: int | Sequence[int], count: int) -> list[int]:
+    """One checked k for each of `count` sentences."""
     return [_check_k(value) for value in per_sentence(NBEST_K_NAME, k, count)]
 
 
@@ -189,16 +188,16 @@ def _batch_inputs(inputs: dict[str, Any], count: int) -> list[dict[str, Any]]:
 
 
 def _predict_over_grpc(sentences: Sequence[str], server: str, timeout: float,
-                       channel: Optional[grpc.Channel], batch_size: int,
-                       make_request: Callable[..., predict_pb2.PredictRequest],
+                       channel: Optional[grpc.Channel], batch_size: int, model: str,
+                       signature: str, version: Optional[int],
                        inputs: Optional[dict[str, Any]] = None, nbest: bool = False) -> list:
-    """One Predict call per batch of ``sentences``: a Translation per sentence, or with
-    ``nbest`` a list of k (``inputs["k"]``). ``make_request(batch)``, or with ``inputs``
-    (per-sentence values by name) ``make_request(batch, batch_inputs)``."""
+    """One Predict call per batch of ``sentences`` (``make_predict_request`` with the batch's
+    share of ``inputs``, per-sentence values by name): a Translation per sentence, or with
+    ``nbest`` a list of k (``inputs["k"]``)."""
     sentences = _check_sentences(sentences)
     if not sentences:
         return []
-    rows = _batch_inputs(inputs, len(sentences)) if inputs is not None else None
+    rows = _batch_inputs(inputs or {}, len(sentences))
     own_channel = channel is None
     target = server if own_channel else None  # a given channel may point anywhere
     if own_channel:
@@ -208,8 +207,9 @@ def _predict_over_grpc(sentences: Sequence[str], server: str, timeout: float,
 
         def predict(indices: list[int]) -> list:
             batch = [sentences[i] for i in indices]
-            request = (make_request(batch) if rows is None else make_request(
-                batch, {name: [rows[i][name] for i in indices] for name in inputs}))
+            request = make_predict_request(
+                batch, model, signature, version,
+                inputs={name: [rows[i][name] for i in indices] for name in inputs or {}})
             try:
                 response = stub.Predict(request, timeout=timeout)
             except grpc.RpcError as error:
@@ -244,9 +244,8 @@ def translate(
     ``version`` pins ``ModelSpec.version``. Raises ``TranslationError`` (with ``.code`` and
     ``.details``) on any gRPC error or a response that does not fit the model's contract.
     """
-    return _predict_over_grpc(
-        sentences, server, timeout, channel, batch_size,
-        lambda batch: make_predict_request(batch, model, signature, version))
+    return _predict_over_grpc(sentences, server, timeout, channel, batch_size, model,
+                              signature, version)
 
 
 def translate_nbest(sentences: Sequence[str], k: int | Sequence[int],
@@ -260,12 +259,10 @@ def translate_nbest(sentences: Sequence[str], k: int | Sequence[int],
     ``k`` above the export's beam size is refused by the model: ``TranslationError`` with
     ``INVALID_ARGUMENT``.
     """
-    ks = _check_ks(k, sentences)
-    return _predict_over_grpc(
-        sentences, server, timeout, channel, batch_size,
-        lambda batch, values: make_predict_request(batch, model, signature, version,
-                                                   inputs=values),
-        inputs={NBEST_K_NAME: ks}, nbest=True)
+    sentences = _check_sentences(sentences)
+    return _predict_over_grpc(sentences, server, timeout, channel, batch_size, model,
+                              signature, version,
+                              inputs={NBEST_K_NAME: _check_ks(k, len(sentences))}, nbest=True)
 
 
 def translate_sample(sentences: Sequence[str], temperature: float | Sequence[float] = 1.0,
@@ -279,11 +276,9 @@ def translate_sample(sentences: Sequence[str], temperature: float | Sequence[flo
     (> 0), ``top_k`` (0: off), ``top_p`` (in (0, 1]; 1: off) and ``seed`` (>= 0; the same seed
     and sentence give the same sample), each one value or one per sentence. The score is the
     model's log P of the sample. A value out of range: ``TranslationError`` INVALID_ARGUMENT."""
-    return _predict_over_grpc(
-        sentences, server, timeout, channel, batch_size,
-        lambda batch, values: make_predict_request(batch, model, signature, version,
-                                                   inputs=values),
-        inputs=_sample_inputs(temperature, top_k, top_p, seed))
+    return _predict_over_grpc(sentences, server, timeout, channel, batch_size, model,
+                              signature, version,
+                              inputs=_sample_inputs(temperature, top_k, top_p, seed))
 
 
 def translate_prefix(sentences: Sequence[str], prefixes: str | Sequence[str],
@@ -294,17 +289,17 @@ def translate_prefix(sentences: Sequence[str], prefixes: str | Sequence[str],
     """Translations that start with ``prefixes`` (target-side text, one for every sentence
     or one per sentence; "" for none), over gRPC (as ``translate``); the score is the
     continuation's."""
-    return _predict_over_grpc(
-        sentences, server, timeout, channel, batch_size,
-        lambda batch, values: make_predict_request(batch, model, signature, version,
-                                                   inputs=values),
-        inputs={PREFIXES_NAME: prefixes if isinstance(prefixes, str) else list(prefixes)})
+    return _predict_over_grpc(sentences, server, timeout, channel, batch_size, model,
+                              signature, version, inputs=_prefix_inputs(prefixes))
 
 
 def _sample_inputs(temperature, top_k, top_p, seed) -> dict[str, Any]:
-    as_list = lambda v: list(v) if isinstance(v, (list, tuple)) else v  # noqa: E731
-    return {TEMPERATURE_NAME: as_list(temperature), TOP_K_NAME: as_list(top_k),
-            TOP_P_NAME: as_list(top_p), SEED_NAME: as_list(seed)}
+    return {TEMPERATURE_NAME: temperature, TOP_K_NAME: top_k, TOP_P_NAME: top_p,
+            SEED_NAME: seed}
+
+
+def _prefix_inputs(prefixes: str | Sequence[str]) -> dict[str, Any]:
+    return {PREFIXES_NAME: prefixes if isinstance(prefixes, str) else list(prefixes)}
 
 
 # --------------------------------------------------------------------------------------------
@@ -378,9 +373,8 @@ def translate_saved_model_prefix(sentences: Sequence[str], prefixes: str | Seque
                                  saved_model: Any, signature: str = PREFIX_SIGNATURE,
                                  batch_size: int = DEFAULT_BATCH_SIZE) -> list[Translation]:
     """``translate_prefix`` in process."""
-    return translate_saved_model(
-        sentences, saved_model, signature, batch_size,
-        inputs={PREFIXES_NAME: prefixes if isinstance(prefixes, str) else list(prefixes)})
+    return translate_saved_model(sentences, saved_model, signature, batch_size,
+                                 inputs=_prefix_inputs(prefixes))
 
 
 def translate_saved_model_nbest(sentences: Sequence[str], k: int | Sequence[int],
@@ -392,7 +386,7 @@ def translate_saved_model_nbest(sentences: Sequence[str], k: int | Sequence[int]
     import tensorflow as tf
 
     sentences = _check_sentences(sentences)
-    ks = _check_ks(k, sentences)
+    ks = _check_ks(k, len(sentences))
     function = _signature(saved_model, signature)
 
     def call(indices: list[int]) -> list[list[Translation]]:
