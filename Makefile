@@ -9,8 +9,8 @@ COMPAT_PACKAGES := tensorflow==2.20.0 tensorflow-text==2.20.0
 # Keras on JAX without TensorFlow, for the backend-neutral tests; tfformer runs from the source
 # tree there (PYTHONPATH), as it is not installed.
 NOTF_VENV ?= .venv-notf
-NOTF_PACKAGES := keras==3.15.1 jax==0.10.2 jaxlib==0.10.2 numpy h5py pytest pytest-timeout \
-	pytest-xdist
+NOTF_PACKAGES := keras==3.15.1 jax==0.10.2 jaxlib==0.10.2 numpy h5py sentencepiece==0.2.3 \
+	sacrebleu==2.6.0 pytest pytest-timeout pytest-xdist
 # The model side's tests (keras.ops only): besides the TensorFlow run of every test, `make test`
 # runs them on JAX without TensorFlow installed, as on the GPU machine (a JAX run in .venv as
 # well would repeat the same tests on the same Keras and JAX versions).

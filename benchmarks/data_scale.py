@@ -97,14 +97,14 @@ def measure_vocabulary(spec: str, out: str, vocab_size: int, sample: int) -> dic
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     from tfformer.train import inputs
-    from tfformer.utils.run_dir import RunDir
+    from tfformer.utils.run_dir import RunDir, read_data_stats
 
     started = time.monotonic()
     run = RunDir(out)
     os.makedirs(run.path, exist_ok=True)
     data = inputs.prepare(run, chief=True, spec=spec, skip_bad_lines=False, seed=0,
                             vocab_size=vocab_size, vocab_sample=sample)
-    stats = inputs.read_stats(run)
+    stats = read_data_stats(run)
     return {"seconds": round(time.monotonic() - started, 1),
             "scan_seconds": stats["scan_seconds"], "pairs": stats["pairs"],
             "held_out": stats.get("held_out"), "sample_sentences": sample,

@@ -66,7 +66,7 @@ def test_a_wheel_installs_one_import_name(tmp_path):
     assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {
         "tfformer"}
     assert "tfformer/export/serving_ops.txt" in names
-    for script in ("train", "average", "export", "evaluate", "serve", "translate"):
+    for script in ("prepare", "train", "average", "export", "evaluate", "serve", "translate"):
         assert f"tfformer-{script} = tfformer.cli.{script}:main" in entry_points.decode()
 
 

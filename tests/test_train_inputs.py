@@ -11,7 +11,7 @@ from tfformer.data.batching import make_stream
 from tfformer.data.builtin import builtin_pairs
 from tfformer.data.sources import DataError
 from tfformer.train import inputs
-from tfformer.utils.run_dir import RunDir
+from tfformer.utils.run_dir import RunDir, read_data_stats
 
 
 def prepare(run, spec):
@@ -30,7 +30,7 @@ def test_a_run_resumes_only_on_the_data_it_was_started_on(tmp_path):
                                          r"give a new run directory"):
         prepare(run, "builtin:400")
     assert open(run.tokenizer, "rb").read() == vocabulary
-    assert inputs.read_stats(run)["spec"] == "builtin:300"
+    assert read_data_stats(run)["spec"] == "builtin:300"
 
 
 def test_a_resume_checks_only_the_gzip_files_changed_since_the_scan(tmp_path, monkeypatch):
@@ -71,9 +71,9 @@ def test_assemble_gives_the_stream_the_dev_batches_and_the_pass_it_counts(tmp_pa
         == first[2:]
     assert batches.stats.read()["batches"] >= 3
     assert batches.counters.read()["skipped"] == 0
-    assert "batches_per_pass" not in inputs.read_stats(run)  # counted only when asked
+    assert "batches_per_pass" not in read_data_stats(run)  # counted only when asked
     per_pass = batches.batches_per_pass()
     assert per_pass == sum(1 for _ in make_stream(
         data.corpus.train_pairs(), data.tokenizer, batch_tokens=512, max_length=32,
         bucket_growth=1.25, shuffle_buffer_size=0)) > 0
-    assert list(inputs.read_stats(run)["batches_per_pass"].values()) == [per_pass]  # cached
+    assert list(read_data_stats(run)["batches_per_pass"].values()) == [per_pass]  # cached

@@ -1,6 +1,7 @@
 """One shared SentencePiece subword vocabulary for source and target (paper §5.1).
 
-Training uses the `sentencepiece` package; tokenizing and detokenizing use the SentencePiece ops
+Training uses the `sentencepiece` package (`tfformer.data.pieces`, also the Python side of
+the model); tokenizing and detokenizing use the SentencePiece ops
 of `tensorflow_text`, so the very same `Tokenizer` (a `tf.Module`) works inside `tf.data`,
 inside `tf.function` and inside an exported SavedModel, with no `tf.py_function`.
 
@@ -20,55 +21,18 @@ then fails with `NotFoundError: Resource localhost/_0_SentencepieceOp/... does n
 
 from __future__ import annotations
 
-import collections
-import io
 import os
-from typing import Iterable, Iterator
+from typing import Iterable
 
-import sentencepiece as spm
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from tfformer.special_tokens import (
-    BOS_ID,
-    BOS_PIECE,
-    EOS_ID,
-    EOS_PIECE,
-    NUM_RESERVED,
-    PAD_ID,
-    PAD_PIECE,
-    UNK_ID,
-    UNK_PIECE,
-)
-from tfformer.utils.checks import check_at_least
+from tfformer.data.pieces import SentencePieces, train_model
+from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from tfformer.utils.files import atomic_write
 
-MODEL_TYPES = ("bpe", "unigram")
 MODEL_FILENAME = "tokenizer.model"
 """Name of the SentencePiece model file inside a run directory."""
-
-
-def _text_lines(sentences: Iterable[str]) -> Iterator[str]:
-    # SentencePiece reads one sentence per line: a newline inside a sentence would silently
-    # split it, so newlines and tabs become spaces; empty sentences carry nothing to learn.
-    for sentence in sentences:
-        if not isinstance(sentence, str):
-            raise TypeError(f"sentences must be str, got {type(sentence).__name__}")
-        line = " ".join(sentence.split())
-        if line:
-            yield line
-
-
-def _word_counts(lines: Iterable[str], max_sentence_length: int
-                 ) -> tuple[int, collections.Counter]:
-    """(number of lines, count of each space-separated word in them)."""
-    # SentencePiece skips a sentence longer than max_sentence_length bytes: so does the count.
-    counts: collections.Counter = collections.Counter()
-    num_lines = 0
-    for num_lines, line in enumerate(lines, 1):
-        if len(line.encode("utf-8")) <= max_sentence_length:
-            counts.update(line.split(" "))
-    return num_lines, counts
 
 
 def _append_column(pieces: tf.RaggedTensor, token_id: int,
@@ -96,22 +60,11 @@ class Tokenizer(tf.Module):
 
     def __init__(self, model_proto: bytes, name: str = "tokenizer"):
         super().__init__(name=name)
-        if not isinstance(model_proto, (bytes, bytearray)) or not model_proto:
-            raise ValueError("model_proto must be the non-empty bytes of a SentencePiece model")
-        processor = spm.SentencePieceProcessor()
-        try:
-            processor.LoadFromSerializedProto(bytes(model_proto))
-        except (RuntimeError, OSError) as error:
-            raise ValueError(f"not a valid SentencePiece model: {error}") from None
-        expected = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}
-        actual = {"pad": processor.pad_id(), "unk": processor.unk_id(),
-                  "bos": processor.bos_id(), "eos": processor.eos_id()}
-        if actual != expected:
-            raise ValueError(
-                f"SentencePiece model has reserved ids {actual}, expected {expected} "
-                "(tfformer.special_tokens); retrain it with Tokenizer.train")
-        self._model_proto = bytes(model_proto)
-        self._processor = processor  # Python side: normalize(), vocab size, piece strings
+        # The Python side (vocabulary, normalize(), piece strings, ids without TensorFlow),
+        # which also checks the model and its reserved ids.
+        self.pieces = SentencePieces(model_proto)
+        self._model_proto = self.pieces.model_proto
+        self._processor = self.pieces.processor
         # The tf-text tokenizer holds a TrackableResource: as an attribute of this tf.Module it
         # is tracked and therefore saved with any SavedModel that references this object.
         self.sentencepiece = tf_text.SentencepieceTokenizer(
@@ -149,49 +102,10 @@ class Tokenizer(tf.Module):
         Raises:
             ValueError: on invalid arguments, no training text, or a failure of the trainer.
         """
-        if model_type not in MODEL_TYPES:
-            raise ValueError(f"model_type must be one of {MODEL_TYPES}, got {model_type!r}")
-        if (isinstance(vocab_size, bool) or not isinstance(vocab_size, int)
-                or vocab_size <= NUM_RESERVED):
-            raise ValueError(
-                f"vocab_size must be an integer > {NUM_RESERVED} (the reserved ids), "
-                f"got {vocab_size!r}")
-        if not 0 < character_coverage <= 1:
-            raise ValueError(f"character_coverage must be in (0, 1], got {character_coverage}")
-        check_at_least("num_threads", num_threads)
-        options = dict(
-            vocab_size=vocab_size, model_type=model_type,
-            character_coverage=character_coverage, hard_vocab_limit=False,
-            num_threads=num_threads, byte_fallback=byte_fallback,
-            max_sentence_length=max_sentence_length, pad_id=PAD_ID, unk_id=UNK_ID,
-            bos_id=BOS_ID, eos_id=EOS_ID, pad_piece=PAD_PIECE, unk_piece=UNK_PIECE,
-            bos_piece=BOS_PIECE, eos_piece=EOS_PIECE,
-            minloglevel=2)  # the trainer logs to stderr; the library stays quiet
-        if model_type == "bpe" and not input_sentence_size:
-            # BPE learns from word counts alone (SentencePiece splits each sentence at spaces
-            # and merges within words), so it gets "word<TAB>count" lines: the same model, in
-            # a fraction of the memory and time of a million sentences.
-            num_sentences, counts = _word_counts(_text_lines(sentences), max_sentence_length)
-            lines = [f"{word}\t{count}" for word, count in counts.items()]
-            options.update(input_format="tsv")
-        else:
-            lines = list(_text_lines(sentences))
-            options.update(input_sentence_size=input_sentence_size, shuffle_input_sentence=True)
-            num_sentences = len(lines)
-        if not lines:
-            raise ValueError("cannot train a tokenizer: no non-empty training sentences")
-        spm.set_random_generator_seed(seed)
-        model = io.BytesIO()
-        try:
-            spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=model,
-                                           **options)
-        except RuntimeError as error:
-            # e.g. "Vocabulary size is smaller than required_chars": vocab_size is below the
-            # number of distinct characters (which character_coverage=1.0 must all keep).
-            raise ValueError(
-                f"SentencePiece training failed (vocab_size={vocab_size}, "
-                f"{num_sentences} sentences): {error}") from None
-        return cls(model.getvalue())
+        return cls(train_model(
+            sentences, vocab_size, model_type=model_type, character_coverage=character_coverage,
+            seed=seed, num_threads=num_threads, byte_fallback=byte_fallback,
+            max_sentence_length=max_sentence_length, input_sentence_size=input_sentence_size))
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> "Tokenizer":

@@ -5,8 +5,8 @@ TensorFlow) cannot run the model.
 The same rules as `tfformer.decode.search.greedy_search` (BOS first; PAD and BOS never generated; at
 source length + max_output_extra only EOS; finished rows get PAD), one Python step per token,
 with the decoder's fixed-capacity cache: every step has the same shapes, so JAX compiles each
-op once rather than once per step. Text goes through the tokenizer's TensorFlow ops, which the data
-pipeline needs anyway.
+op once rather than once per step. Text goes through SentencePiece in Python
+(`tfformer.data.pieces`), so no TensorFlow is needed.
 """
 
 from __future__ import annotations
@@ -80,13 +80,13 @@ def _one_token_per_step(model, source_ids, max_output_extra, choose):
 
 def translate_texts(model, tokenizer, sentences: Sequence[str],
                     max_output_extra: int = 50) -> list[tuple[str, float]]:
-    """(translation, log P) of each sentence by greedy search, in order."""
-    import tensorflow as tf
+    """(translation, log P) of each sentence by greedy search, in order.
 
+    `tokenizer`: a `tfformer.data.pieces.SentencePieces`, or a `Tokenizer` (its `pieces`):
+    text is encoded and decoded in Python, so this runs where TensorFlow is not installed.
+    """
     if not sentences:
         return []
-    source_ids = tokenizer.encode_source(tf.constant(list(sentences))).to_tensor(
-        default_value=PAD_ID).numpy()
-    tokens, scores = greedy_search(model, source_ids, max_output_extra)
-    texts = tokenizer.detokenize(tf.constant(tokens)).numpy()
-    return [(text.decode("utf-8"), float(score)) for text, score in zip(texts, scores)]
+    pieces = getattr(tokenizer, "pieces", tokenizer)
+    tokens, scores = greedy_search(model, pieces.encode_source(sentences), max_output_extra)
+    return list(zip(pieces.decode(tokens), (float(score) for score in scores)))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import logging
 import os
 import time
@@ -30,8 +29,8 @@ from tfformer.data.scan import scan
 from tfformer.data.sources import Corpus, open_corpus
 from tfformer.data.tokenizer import Tokenizer
 from tfformer.data.tsv import file_signature, read_tsv
-from tfformer.utils.files import atomic_write_text
-from tfformer.utils.run_dir import RunDir
+from tfformer.utils.files import atomic_write_text, wait_for_file
+from tfformer.utils.run_dir import RunDir, read_data_stats, write_data_stats
 
 logger = logging.getLogger(__name__)
 
@@ -40,27 +39,6 @@ def _file_signature(corpus: Corpus) -> list:
     if corpus.kind != "tsv":
         return [corpus.spec]
     return [file_signature(path) for path in corpus.files]
-
-
-def read_stats(run: RunDir) -> dict:
-    """RUN/data.json: what the scan found, and the cached batches per pass ({} if absent)."""
-    if not os.path.exists(run.data_stats):
-        return {}
-    with open(run.data_stats, encoding="utf-8") as f:
-        return json.load(f)
-
-
-def _write_stats(run: RunDir, stats: dict) -> None:
-    atomic_write_text(run.data_stats, json.dumps(stats, indent=2))
-
-
-def wait_for_file(path: str, timeout: float) -> None:
-    """Waits until another process (the chief) has written `path`."""
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            raise FileNotFoundError(f"{path} did not appear within {timeout:.0f} s")
-        time.sleep(0.2)
 
 
 @dataclasses.dataclass
@@ -82,7 +60,7 @@ def prepare(run: RunDir, *, chief: bool, spec: str, skip_bad_lines: bool, seed: 
         DataError: a bad line (unless skip_bad_lines), a missing or empty file.
         ValueError: a malformed data spec, or a run directory started on other data.
     """
-    stats = read_stats(run)
+    stats = read_data_stats(run)
     # The files the run's scan read were checked whole when it opened them.
     corpus = open_corpus(spec, skip_bad_lines=skip_bad_lines, seed=seed,
                          checked=stats.get("files", ()))
@@ -94,7 +72,7 @@ def prepare(run: RunDir, *, chief: bool, spec: str, skip_bad_lines: bool, seed: 
     held_out = corpus.holds_out_dev
     if not chief:
         wait_for_file(run.tokenizer, timeout=600)  # written after dev.tsv and data.json
-        stats = read_stats(run)
+        stats = read_data_stats(run)
     elif not os.path.exists(run.tokenizer) or (held_out and "holdout_threshold" not in stats):
         started = time.monotonic()
         os.makedirs(run.path, exist_ok=True)  # the vocabulary sample's file goes there
@@ -115,7 +93,7 @@ def prepare(run: RunDir, *, chief: bool, spec: str, skip_bad_lines: bool, seed: 
                  "pairs": found.num_pairs, "bad_lines": found.num_bad,
                  "held_out": found.num_held_out, "holdout_threshold": found.holdout_threshold,
                  "scan_seconds": round(seconds, 1)}
-        _write_stats(run, stats)
+        write_data_stats(run, stats)
         if not os.path.exists(run.tokenizer):
             # §5.1: one vocabulary shared by source and target, learned from both sides.
             started = time.monotonic()
@@ -207,7 +185,7 @@ def batches_per_pass(run: RunDir, data: RunData, *, batch_tokens: int, max_lengt
         key += f",growth={bucket_growth}"
     if pack_length:
         key += f",pack={pack_length}"
-    stats = read_stats(run)
+    stats = read_data_stats(run)
     signature = _file_signature(data.corpus)
     cached = stats.get("batches_per_pass", {})
     if stats.get("files") == signature and key in cached:
@@ -224,7 +202,7 @@ def batches_per_pass(run: RunDir, data: RunData, *, batch_tokens: int, max_lengt
         return count
     if stats.get("files") != signature:
         stats = {"files": signature}
-    _write_stats(run, {**stats, "batches_per_pass": {**stats.get("batches_per_pass", {}),
+    write_data_stats(run, {**stats, "batches_per_pass": {**stats.get("batches_per_pass", {}),
                                                      key: count}})
     return count
 

@@ -12,13 +12,15 @@ import csv
 import importlib.util
 import math
 import os
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from tfformer.decode.attention_maps import AttentionMaps
 from tfformer.utils.files import atomic_write
 from tfformer.utils.run_dir import RunDir
+
+if TYPE_CHECKING:  # TensorFlow's: not needed to draw a run's history
+    from tfformer.decode.attention_maps import AttentionMaps
 
 _MISSING = "tfformer.train.plots needs matplotlib: pip install 'tfformer[plot]'"
 KIND_TITLES = {"encoder_self": "encoder self-attention",

@@ -45,7 +45,9 @@ class TrainSettings:
 
     data: str = field(default="builtin", metadata={
         "help": "builtin[:N] | tsv:TRAIN[,DEV] | tfds:NAME | reverse:SPEC "
-                "(`tfformer.data.sources`); TRAIN: files or globs joined by +, .gz read as gzip"})
+                "(`tfformer.data.sources`); TRAIN: files or globs joined by +, .gz read as gzip; "
+                "or prepared:DIR, a tfformer-prepare store (no TensorFlow needed, instant "
+                "resume)"})
     skip_bad_lines: bool = field(default=False, metadata={
         "help": "skip (and count) malformed data lines instead of failing"})
     vocab_sample: int = field(default=DEFAULT_VOCAB_SAMPLE, metadata={

@@ -18,7 +18,6 @@ import logging
 import os
 
 import keras
-import tensorflow as tf
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +43,8 @@ def history_csv(rows: list[dict]) -> str:
 
 def logged_tensorboard_steps(directory: str) -> set[tuple[str, int]]:
     """(tag, step) pairs already in the event files under `directory`."""
+    import tensorflow as tf  # only where TensorBoard is written (see RunState)
+
     logged = set()
     for path in glob.glob(os.path.join(directory, "events.out.tfevents.*")):
         try:

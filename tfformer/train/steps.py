@@ -1,7 +1,9 @@
 """The steps of `tfformer.run.train`, each one a function that can be tested alone.
 
 `run.train` imports this module only once `run.place_devices` has chosen the backend and the
-devices: importing it starts Keras and TensorFlow, which read both when they start.
+devices: importing it starts Keras, which reads both when it starts. TensorFlow is imported only
+where the run needs it (a text corpus's tf.data stream, the TensorFlow backend): a run on a
+prepared store (`--data prepared:DIR`) trains where only JAX is installed.
 """
 
 from __future__ import annotations
@@ -10,18 +12,19 @@ import dataclasses
 import json
 import logging
 import os
+import sys
+from typing import TYPE_CHECKING, Union
 
 import keras
-import tensorflow as tf
 
 from tfformer.config import TransformerConfig
 from tfformer.data.buckets import default_growth
-from tfformer.data.records import DataError
+from tfformer.data.store import is_store_spec
 from tfformer.model import precision
 from tfformer.model.compile_transformer import compile_transformer
 from tfformer.model.schedule import paper_optimizer
 from tfformer.model.transformer import Transformer
-from tfformer.train import inputs, plots
+from tfformer.train import plots, store_inputs
 from tfformer.train.callbacks import (
     DevBleu,
     KeepLastCheckpoints,
@@ -35,6 +38,12 @@ from tfformer.train.fit import fit_resumable
 from tfformer.train.settings import Budget, TrainingStopped, TrainSettings
 from tfformer.utils.files import atomic_write, atomic_write_text
 from tfformer.utils.run_dir import RunDir
+
+if TYPE_CHECKING:
+    from tfformer.train import inputs
+
+    RunData = Union[inputs.RunData, store_inputs.StoreData]
+    RunBatches = Union[inputs.RunBatches, store_inputs.StoreBatches]
 
 # The run's log lines keep the name they are known by (`tfformer.run: ...`).
 logger = logging.getLogger("tfformer.run")
@@ -53,8 +62,13 @@ def run_dirs(out: str | os.PathLike, placement: Placement) -> tuple[RunDir, RunD
 
 
 def prepare_data(shared: RunDir, settings: TrainSettings, config: TransformerConfig,
-                 chief: bool) -> inputs.RunData:
-    """The run's corpus, vocabulary and dev set (`tfformer.train.inputs.prepare`)."""
+                 chief: bool) -> RunData:
+    """The run's corpus, vocabulary and dev set (`tfformer.train.inputs.prepare`), or its
+    prepared store's (`tfformer.train.store_inputs.prepare`)."""
+    if is_store_spec(settings.data):
+        return store_inputs.prepare(shared, chief=chief, spec=settings.data)
+    from tfformer.train import inputs
+
     return inputs.prepare(
         shared, chief=chief, spec=settings.data, skip_bad_lines=settings.skip_bad_lines,
         seed=settings.seed, vocab_size=settings.vocab_size or config.vocab_size,
@@ -101,15 +115,26 @@ def open_run_state(run: RunDir, settings: TrainSettings) -> RunState:
                     keep_initial_weights=settings.keep_initial_weights)
 
 
-def assemble_batches(shared: RunDir, data: inputs.RunData, settings: TrainSettings,
+def assemble_batches(shared: RunDir, data: RunData, settings: TrainSettings,
                      config: TransformerConfig, placement: Placement,
-                     backend: str) -> inputs.RunBatches:
+                     backend: str) -> RunBatches:
     """This worker's training stream and dev batches, on the bucket grid of its backend (both
-    packed instead, with `pack_length`)."""
+    packed instead, with `pack_length`): the tf.data stream of a text corpus, or the loader's
+    batches of a prepared store."""
     if settings.pack_length > config.max_length:
         raise ValueError(f"pack_length ({settings.pack_length}) must be <= the config's "
                          f"max_length ({config.max_length})")
     compiled = settings.jit or backend != "tensorflow"  # JAX compiles every step
+    if isinstance(data, store_inputs.StoreData):
+        return store_inputs.assemble(
+            shared, data, batch_tokens=settings.batch_tokens, max_length=config.max_length,
+            seed=settings.seed, batch_multiple=placement.replicas,
+            bucket_growth=settings.bucket_growth or default_growth(compiled),
+            pack_length=settings.pack_length, num_workers=placement.num_workers,
+            worker_index=placement.worker_index, write_cache=placement.chief,
+            fixed_rows=compiled)
+    from tfformer.train import inputs
+
     return inputs.assemble(
         shared, data, batch_tokens=settings.batch_tokens, max_length=config.max_length,
         seed=settings.seed, skip_bad_lines=settings.skip_bad_lines,
@@ -156,8 +181,8 @@ class Callbacks:
     stop_at_time: StopAtTime | None
 
 
-def make_callbacks(settings: TrainSettings, run: RunDir, data: inputs.RunData,
-                   batches: inputs.RunBatches, max_length: int, backend: str, chief: bool,
+def make_callbacks(settings: TrainSettings, run: RunDir, data: RunData,
+                   batches: RunBatches, max_length: int, backend: str, chief: bool,
                    budget: Budget) -> Callbacks:
     """Stop on NaN, keep the last epoch checkpoints, log the stream's counters and batch
     shapes; dev BLEU on the chief when `dev_sentences`; a deadline when the budget has one."""
@@ -178,7 +203,7 @@ def make_callbacks(settings: TrainSettings, run: RunDir, data: inputs.RunData,
     return Callbacks(callbacks, batch_shapes, stop_at_time)
 
 
-def fit(model: Transformer, batches: inputs.RunBatches, run_state: RunState, budget: Budget,
+def fit(model: Transformer, batches: RunBatches, run_state: RunState, budget: Budget,
         callbacks: Callbacks, placement: Placement, verbose: int) -> int:
     """Trains from the last backup to the budget (`tfformer.train.fit.fit_resumable`); returns
     the optimizer step reached.
@@ -194,8 +219,14 @@ def fit(model: Transformer, batches: inputs.RunBatches, run_state: RunState, bud
                                  steps_per_epoch=budget.steps_per_epoch,
                                  validation_data=batches.dev, callbacks=callbacks.all,
                                  verbose=verbose)
-        except tf.errors.OpError as error:
-            # A bad line the stream met (the scan of a new run would have named it first).
+        except Exception as error:
+            # A bad line the tf.data stream met (the scan of a new run would have named it
+            # first); TensorFlow is loaded wherever such a stream runs.
+            tf = sys.modules.get("tensorflow")
+            if tf is None or not isinstance(error, tf.errors.OpError):
+                raise
+            from tfformer.data.records import DataError
+
             bad_line = DataError.from_graph_error(error)
             if bad_line is None:
                 raise

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import time
 from typing import Any, Callable
 
 TMP_PREFIX = ".tmp-"
@@ -79,3 +80,12 @@ def full_disk_path(error: BaseException) -> str | None:
             return named.group(1) if named else ""
         error = error.__cause__ or error.__context__
     return None
+
+
+def wait_for_file(path: str, timeout: float) -> None:
+    """Waits until another process (the chief) has written `path`."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise FileNotFoundError(f"{path} did not appear within {timeout:.0f} s")
+        time.sleep(0.2)

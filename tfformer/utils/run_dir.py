@@ -18,7 +18,10 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+
+from tfformer.utils.files import atomic_write_text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,3 +98,16 @@ class RunDir:
     def worker(self, task_id: int) -> "RunDir":
         """The directory of a non-chief worker's own files (multi-worker training)."""
         return RunDir(self._join(f"worker-{task_id}"))
+
+
+def read_data_stats(run: RunDir) -> dict:
+    """RUN/data.json: what the scan found, and the cached batches per pass ({} if absent)."""
+    if not os.path.exists(run.data_stats):
+        return {}
+    with open(run.data_stats, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def write_data_stats(run: RunDir, stats: dict) -> None:
+    """Writes RUN/data.json atomically."""
+    atomic_write_text(run.data_stats, json.dumps(stats, indent=2))

@@ -4,12 +4,15 @@ padding and compilations."""
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import keras
 
-from tfformer.data.batching import BatchStats
 from tfformer.train import compilations
-from tfformer.train.inputs import Counters
+
+if TYPE_CHECKING:  # or the prepared store's (tfformer.data.loader), without TensorFlow
+    from tfformer.data.batching import BatchStats
+    from tfformer.train.inputs import Counters
 
 logger = logging.getLogger(__name__)
 

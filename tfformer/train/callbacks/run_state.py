@@ -3,6 +3,7 @@ restores it (the protocol is `tfformer.train.state`'s)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import math
@@ -10,7 +11,6 @@ import os
 from typing import Any
 
 import keras
-import tensorflow as tf
 
 from tfformer.train.checkpoints import backup_name, list_backups
 from tfformer.train.state import (
@@ -36,7 +36,8 @@ class RunState(keras.callbacks.Callback):
 
     Args:
         run_dir: the run directory; backups go to `run_dir/backup/`, the history to
-            `run_dir/metrics.csv` and TensorBoard scalars to `run_dir/logs/{train,validation}`.
+            `run_dir/metrics.csv` and TensorBoard scalars to `run_dir/logs/{train,validation}`
+            (where TensorFlow is installed: its summary writer writes them).
         backup_every: optimizer updates between mid-epoch backups.
         keep_initial_weights: also write the weights before the first update to
             `run_dir/initial.weights.h5` (once per run).
@@ -56,6 +57,10 @@ class RunState(keras.callbacks.Callback):
         self.state = self._read_state()
         self._last_backup_step: int | None = None
         self._writers: dict[str, Any] = {}
+        self.tensorboard = importlib.util.find_spec("tensorflow") is not None
+        if not self.tensorboard:
+            logger.info("no TensorBoard scalars in %s: TensorFlow is not installed (metrics.csv "
+                        "has the same history)", self.logs_dir)
         self._logged: dict[str, set[tuple[str, int]]] | None = None  # read once, then kept
 
     # -- the committed state --------------------------------------------------------------------
@@ -125,6 +130,10 @@ class RunState(keras.callbacks.Callback):
         """Rewrites metrics.csv from the committed history and adds to TensorBoard the rows it
         lacks (a kill can fall between the commit and these writes)."""
         atomic_write_text(self.run.metrics, history_csv(self.history))
+        if not self.tensorboard:
+            return
+        import tensorflow as tf
+
         if self._logged is None:
             self._logged = {split: logged_tensorboard_steps(os.path.join(self.logs_dir, split))
                             for split in ("train", "validation")}
@@ -149,6 +158,8 @@ class RunState(keras.callbacks.Callback):
 
     def _writer(self, split: str):
         if split not in self._writers:
+            import tensorflow as tf
+
             self._writers[split] = tf.summary.create_file_writer(
                 os.path.join(self.logs_dir, split))
         return self._writers[split]

@@ -1,0 +1,417 @@
+"""Batches from a prepared corpus (`tfformer.data.store`) in NumPy: any backend, no TensorFlow.
+
+The batches are those of `tfformer.data.batching`, by the same rules: pairs longer than the
+length limit dropped (and counted), the bucket grid of `tfformer.data.buckets` and its rows per
+bucket under the token budget (paper §5.1), or rows of `pack_length` tokens packed first-fit
+within windows of pairs with segment ids (`tfformer.data.packing`). Elements are the same
+``((source, target_in), target_out)`` (packed: ``((source, target_in, source_segments,
+target_segments), target_out)``) int32 arrays.
+
+What differs is the order's unit: an epoch. Epoch e is a seeded permutation of the shard's
+pairs, a function of (seed, e, shard) alone. A bucket's batch leaves when its rows are full, in
+the order the permutation fills them, as a shuffled stream's buckets do; each bucket's last
+partial batch (packed: the last partial batch) is filled up with PAD rows at the epoch's end,
+so no pair is dropped or repeated within an epoch. Batch n of the endless stream is therefore
+found without reading the n before it: `batches(start=n)` plans the epoch it lies in and starts
+there, which makes a resume instant (`position`). Bucketed epochs all have the same number of
+batches; packed ones vary a little with the order, so their sizes are kept (`epoch_sizes`) and
+can be handed back to a later loader (`known_epoch_sizes`).
+
+A background thread builds the next batches while the model trains on the current one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+
+from tfformer.data.buckets import DEFAULT_BUCKET_GROWTH, bucket_batch_sizes, bucket_lengths
+from tfformer.data.store import Split
+from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from tfformer.utils.checks import check_at_least
+
+DEFAULT_WINDOW = 1024  # pairs packed together (as tfformer.data.packing.DEFAULT_WINDOW)
+PREFETCH = 4  # batches built ahead by the background thread
+
+
+def rows_per_batch(length: int, batch_tokens: int, multiple: int = 1) -> int:
+    """Packed rows of `length` within the token budget, in whole multiples (as
+    `tfformer.data.packing.rows_per_batch`)."""
+    check_at_least("batch_multiple", multiple)
+    rows = batch_tokens // length // multiple * multiple
+    if rows < 1:
+        raise ValueError(f"batch_tokens ({batch_tokens}) must be >= pack_length ({length}) * "
+                         f"batch_multiple ({multiple}) so that a batch holds one row per replica")
+    return rows
+
+
+@dataclasses.dataclass(frozen=True)
+class EpochPlan:
+    """Which pairs go where in one epoch's batches.
+
+    Bucketed: batch b holds pairs[starts[b]:starts[b+1]] in rows 0.., padded to lengths[b] and
+    rows[b] rows. Packed: pair i lies in row `row[i]` (numbered across the epoch) at `slot[i]`
+    (its segment id), its source at column source_at[i] and its target at target_at[i]; batch b
+    holds rows [b * rows, (b + 1) * rows).
+    """
+
+    pairs: np.ndarray
+    starts: np.ndarray | None = None
+    lengths: np.ndarray | None = None
+    rows: np.ndarray | None = None
+    row: np.ndarray | None = None
+    slot: np.ndarray | None = None
+    source_at: np.ndarray | None = None
+    target_at: np.ndarray | None = None
+    num_batches: int = 0
+
+
+class BatchStats:
+    """The shapes and padding of the batches built so far (read ahead included), read by
+    `tfformer.train.callbacks.LogBatchShapes` as the tf.data stream's `BatchStats` is."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._shapes: dict[str, int] = {}
+        self._tokens = self._slots = 0
+
+    def record(self, source: np.ndarray, target_in: np.ndarray) -> None:
+        key = f"{target_in.shape[0]}x{target_in.shape[1]}"
+        real = int(np.count_nonzero(source != PAD_ID) + np.count_nonzero(target_in != PAD_ID))
+        with self._lock:
+            self._shapes[key] = self._shapes.get(key, 0) + 1
+            self._tokens += real
+            self._slots += source.size + target_in.size
+
+    def read(self) -> dict:
+        with self._lock:
+            shapes = dict(sorted(self._shapes.items(), key=lambda kv: -kv[1]))
+            tokens, slots = self._tokens, self._slots
+        return {"shapes": shapes, "batches": sum(shapes.values()), "tokens": tokens,
+                "padding": 1 - tokens / slots if slots else 0.0}
+
+
+class Loader:
+    """The batches of one split of a store for one worker (see the module docstring).
+
+    Args:
+        split: the store's split (`Store.train`, `Store.dev`).
+        batch_tokens: token budget per batch; >= max_length * batch_multiple.
+        max_length: longest source + EOS / BOS + target; longer pairs are dropped.
+        batch_multiple: every batch's rows are a multiple of it (the replicas).
+        bucket_growth, min_bucket_length: the grid (`tfformer.data.buckets.bucket_lengths`).
+        pack_length: 0 buckets by length; else rows of this many tokens, packed.
+        seed: the order; shuffle=False keeps the split's order (dev and test sets).
+        num_shards, shard_index: this worker's pairs: every num_shards-th, from shard_index.
+        window: pairs packed together.
+        fixed_rows: a bucket's last batch filled up to the bucket's rows (what a compiled step
+            needs); else only to a multiple of batch_multiple.
+        known_epoch_sizes: packed batches per epoch that an earlier loader with the same
+            arguments found (`epoch_sizes`), so `position` need not plan those epochs again.
+        stats: counts the batches' shapes and padding as they are built.
+        on_new_epoch: called with `epoch_sizes` whenever an epoch is planned for the first time
+            (a run keeps them for its next resume).
+        on_epoch_begun: called with `num_dropped` each time the stream (`batches`) enters an
+            epoch, its first included (a run counts the pairs dropped).
+    """
+
+    def __init__(self, split: Split, *, batch_tokens: int, max_length: int,
+                 batch_multiple: int = 1, bucket_growth: float = DEFAULT_BUCKET_GROWTH,
+                 min_bucket_length: int = 8, pack_length: int = 0, seed: int = 0,
+                 shuffle: bool = True, num_shards: int = 1, shard_index: int = 0,
+                 window: int = DEFAULT_WINDOW, fixed_rows: bool = True,
+                 known_epoch_sizes: Sequence[int] = (), stats: BatchStats | None = None,
+                 on_new_epoch: Callable[[list[int]], None] | None = None,
+                 on_epoch_begun: Callable[[int], None] | None = None):
+        check_at_least("max_length", max_length, 2, why="a token plus BOS/EOS")
+        check_at_least("batch_multiple", batch_multiple)
+        check_at_least("window", window)
+        if not 0 <= shard_index < num_shards:
+            raise ValueError(f"shard_index ({shard_index}) must be in [0, {num_shards})")
+        self.split = split
+        self.seed, self.shuffle, self.window = seed, shuffle, window
+        self.pack_length, self.batch_multiple = pack_length, batch_multiple
+        self.stats = stats
+        self._on_new_epoch, self._on_epoch_begun = on_new_epoch, on_epoch_begun
+        self._fixed_rows = fixed_rows
+        self._ids = split.ids
+        self._offsets = split.offsets
+        source_lengths = split.lengths("source") + 1  # + EOS
+        target_lengths = split.lengths("target") + 1  # BOS + / + EOS
+        if pack_length:
+            if pack_length > max_length:
+                raise ValueError(f"pack_length ({pack_length}) must be <= max_length "
+                                 f"({max_length})")
+            self.limit = pack_length
+            self.grid = [pack_length]
+            self.batch_sizes = [rows_per_batch(pack_length, batch_tokens, batch_multiple)]
+        else:
+            if batch_tokens < max_length * batch_multiple:
+                raise ValueError(
+                    f"batch_tokens ({batch_tokens}) must be >= max_length ({max_length}) * "
+                    f"batch_multiple ({batch_multiple}) so that every kept sentence fits in a "
+                    "batch")
+            self.limit = max_length
+            self.grid = bucket_lengths(max_length, min_length=min_bucket_length,
+                                       growth=bucket_growth)
+            self.batch_sizes = bucket_batch_sizes(self.grid, batch_tokens, batch_multiple)
+        keep = (source_lengths <= self.limit) & (target_lengths <= self.limit)
+        shard = np.zeros_like(keep)
+        shard[shard_index::num_shards] = True
+        self.num_dropped = int(np.count_nonzero(~keep & shard))
+        self._pairs = np.flatnonzero(keep & shard)
+        if not len(self._pairs):
+            raise ValueError(f"{split.name}: no pair of shard {shard_index} of {num_shards} is "
+                             f"within {self.limit} tokens")
+        self._source_lengths = source_lengths
+        self._target_lengths = target_lengths
+        # The pipeline's bucket rule: bucket i iff grid[i-1] < length <= grid[i].
+        self._bucket = np.searchsorted(
+            self.grid, np.maximum(source_lengths, target_lengths), side="left")
+        self._epoch_sizes = list(known_epoch_sizes)
+        # Bucketed, every epoch has the same batches per bucket, whatever the order.
+        counts = np.bincount(self._bucket[self._pairs], minlength=len(self.grid))
+        self._bucketed_epoch_size = int(sum(-(-c // s) for c, s in zip(counts, self.batch_sizes)))
+        self._plans: dict[int, EpochPlan] = {}
+
+    # -- the order ----------------------------------------------------------------------------
+
+    @property
+    def num_pairs(self) -> int:
+        """Pairs kept in this shard (each once per epoch)."""
+        return len(self._pairs)
+
+    def _order(self, epoch: int) -> np.ndarray:
+        if not self.shuffle:
+            return self._pairs
+        return np.random.default_rng([self.seed, epoch]).permutation(self._pairs)
+
+    def plan(self, epoch: int) -> EpochPlan:
+        """Epoch `epoch`'s batches (the last two planned are kept)."""
+        if epoch not in self._plans:
+            order = self._order(epoch)
+            plan = self._pack(order) if self.pack_length else self._bucket_plan(order)
+            self._plans = {e: p for e, p in self._plans.items() if e == epoch - 1}
+            self._plans[epoch] = plan
+            if epoch == len(self._epoch_sizes):
+                self._epoch_sizes.append(plan.num_batches)
+                if self._on_new_epoch is not None:
+                    self._on_new_epoch(self.epoch_sizes)
+        return self._plans[epoch]
+
+    def _bucket_plan(self, order: np.ndarray) -> EpochPlan:
+        buckets = self._bucket[order]
+        members, lengths, rows, finish = [], [], [], []
+        for b, (length, size) in enumerate(zip(self.grid, self.batch_sizes)):
+            where = np.flatnonzero(buckets == b)
+            for first in range(0, len(where), size):
+                chunk = where[first:first + size]
+                members.append(order[chunk])
+                lengths.append(length)
+                full = len(chunk) == size
+                rows.append(size if full or self._fixed_rows
+                            else -(-len(chunk) // self.batch_multiple) * self.batch_multiple)
+                # A full batch leaves when its last pair arrives, a partial one at the end.
+                finish.append((chunk[-1] if full else len(order)) * len(self.grid) + b)
+        by_finish = np.argsort(finish, kind="stable")
+        sizes = np.array([len(members[i]) for i in by_finish], np.int64)
+        return EpochPlan(
+            pairs=np.concatenate([members[i] for i in by_finish]),
+            starts=np.concatenate([[0], np.cumsum(sizes)]),
+            lengths=np.array(lengths)[by_finish], rows=np.array(rows)[by_finish],
+            num_batches=len(members))
+
+    def _pack(self, order: np.ndarray) -> EpochPlan:
+        length = self.pack_length
+        needs = np.stack([self._source_lengths[order], self._target_lengths[order]], axis=1)
+        row = np.empty(len(order), np.int64)
+        slot = np.empty(len(order), np.int64)
+        at = np.empty([len(order), 2], np.int64)
+        first_row = 0
+        for start in range(0, len(order), self.window):
+            window = needs[start:start + self.window]
+            used = np.zeros([len(window), 2], np.int64)
+            segments = np.zeros(len(window), np.int64)
+            open_rows = 0
+            for i, need in enumerate(window):
+                # First fit: the first open row with room for both sides, else a new row.
+                fits = np.flatnonzero(((used[:open_rows] + need) <= length).all(axis=1))
+                r = fits[0] if len(fits) else open_rows
+                open_rows = max(open_rows, r + 1)
+                at[start + i] = used[r]
+                used[r] += need
+                segments[r] += 1
+                slot[start + i] = segments[r]
+                row[start + i] = first_row + r
+            first_row += open_rows
+        rows = self.batch_sizes[0]
+        # By row, then segment: a batch's pairs are then one run of the plan.
+        by_row = np.lexsort((slot, row))
+        return EpochPlan(pairs=order[by_row], row=row[by_row], slot=slot[by_row],
+                         source_at=at[by_row, 0], target_at=at[by_row, 1],
+                         num_batches=-(-first_row // rows))
+
+    # -- positions ----------------------------------------------------------------------------
+
+    @property
+    def epoch_sizes(self) -> list[int]:
+        """Batches in each epoch planned so far (from epoch 0)."""
+        return list(self._epoch_sizes)
+
+    def position(self, batch: int) -> tuple[int, int]:
+        """(epoch, batch within it) of batch number `batch` of the endless stream."""
+        check_at_least("batch", batch, 0)
+        if not self.pack_length:
+            return divmod(batch, self._bucketed_epoch_size)
+        epoch = 0
+        while True:
+            size = (self._epoch_sizes[epoch] if epoch < len(self._epoch_sizes)
+                    else self.plan(epoch).num_batches)
+            if batch < size:
+                return epoch, batch
+            batch -= size
+            epoch += 1
+
+    # -- batches ------------------------------------------------------------------------------
+
+    def _flat(self, side: str, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The ids of `pairs`' `side`, one after the other, and each one's piece count."""
+        starts = self._offsets[side][pairs]
+        counts = self._offsets[side][pairs + 1] - starts
+        within = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+        return np.asarray(self._ids[side][np.repeat(starts, counts) + within],
+                          np.int32), counts
+
+    def _place(self, shape, rows, columns, values) -> np.ndarray:
+        out = np.full(shape, PAD_ID, np.int32)
+        out[rows, columns] = values
+        return out
+
+    def _sides(self, pairs: np.ndarray, row: np.ndarray, source_at: np.ndarray,
+               target_at: np.ndarray, shape: tuple[int, int], slot: np.ndarray | None = None):
+        """source (+ EOS), target_in (BOS +), target_out (+ EOS) of `pairs` at (row, column),
+        and with `slot` their segment ids."""
+        source, source_counts = self._flat("source", pairs)
+        target, target_counts = self._flat("target", pairs)
+
+        def spots(counts, at):  # each id's (row, column), one more for BOS / EOS
+            n = counts + 1
+            within = np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)
+            return np.repeat(row, n), np.repeat(at, n) + within, n
+
+        source_rows, source_columns, source_n = spots(source_counts, source_at)
+        target_rows, target_columns, target_n = spots(target_counts, target_at)
+        source_values = _with_special(source, source_counts, EOS_ID)
+        target_in = _with_special(target, target_counts, BOS_ID, first=True)
+        target_out = _with_special(target, target_counts, EOS_ID)
+        out = [self._place(shape, source_rows, source_columns, source_values),
+               self._place(shape, target_rows, target_columns, target_in)]
+        if slot is not None:
+            out += [self._place(shape, source_rows, source_columns, np.repeat(slot, source_n)),
+                    self._place(shape, target_rows, target_columns, np.repeat(slot, target_n))]
+        return tuple(out), self._place(shape, target_rows, target_columns, target_out)
+
+    def batch(self, epoch: int, index: int):
+        """Batch `index` of epoch `epoch` as NumPy arrays (see the module docstring)."""
+        plan = self.plan(epoch)
+        if not 0 <= index < plan.num_batches:
+            raise IndexError(f"epoch {epoch} has {plan.num_batches} batches, not {index + 1}")
+        if self.pack_length:
+            rows = self.batch_sizes[0]
+            first = index * rows
+            lo, hi = np.searchsorted(plan.row, [first, first + rows], side="left")
+            inputs, target_out = self._sides(
+                plan.pairs[lo:hi], plan.row[lo:hi] - first, plan.source_at[lo:hi],
+                plan.target_at[lo:hi], (rows, self.pack_length), slot=plan.slot[lo:hi])
+        else:
+            pairs = plan.pairs[plan.starts[index]:plan.starts[index + 1]]
+            zeros = np.zeros(len(pairs), np.int64)
+            inputs, target_out = self._sides(
+                pairs, np.arange(len(pairs)), zeros, zeros,
+                (int(plan.rows[index]), int(plan.lengths[index])))
+        if self.stats is not None:
+            self.stats.record(inputs[0], inputs[1])
+        return inputs, target_out
+
+    def epoch(self, epoch: int = 0) -> Iterator:
+        """One epoch's batches, in order."""
+        for index in range(self.plan(epoch).num_batches):
+            yield self.batch(epoch, index)
+
+    def batches(self, start: int = 0, prefetch: int = PREFETCH) -> Iterator:
+        """The endless stream from batch number `start` on, built `prefetch` batches ahead in a
+        background thread (0: in the caller's)."""
+        epoch, index = self.position(start)
+
+        def produce():
+            nonlocal epoch, index
+            begun = self._on_epoch_begun or (lambda dropped: None)
+            begun(self.num_dropped)
+            while True:
+                if index == self.plan(epoch).num_batches:
+                    epoch, index = epoch + 1, 0
+                    begun(self.num_dropped)
+                yield self.batch(epoch, index)
+                index += 1
+
+        if not prefetch:
+            return produce()
+        return _prefetched(produce(), prefetch)
+
+
+def _with_special(values: np.ndarray, counts: np.ndarray, special: int,
+                  first: bool = False) -> np.ndarray:
+    """Sentences of `counts` ids one after the other, each with `special` after it (or, with
+    `first`, before it)."""
+    n = counts + 1
+    out = np.empty(int(n.sum()), np.int32)
+    ends = np.cumsum(n)
+    at = ends - n if first else ends - 1
+    pieces = np.ones(len(out), bool)
+    pieces[at] = False
+    out[pieces] = values
+    out[at] = special
+    return out
+
+
+def _prefetched(items: Iterator, size: int) -> Iterator:
+    """`items` built in a daemon thread, up to `size` ahead; an error there is raised here. The
+    thread stops once the returned generator is closed or collected."""
+    ready: queue.Queue = queue.Queue(size)
+    stop = threading.Event()
+    done = object()
+
+    def work():
+        try:
+            for item in items:
+                while not stop.is_set():
+                    try:
+                        ready.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+        except BaseException as error:  # noqa: BLE001 - handed to the consumer
+            ready.put(error)
+        ready.put(done)
+
+    threading.Thread(target=work, daemon=True, name="tfformer-loader").start()
+
+    def consume():
+        try:
+            while True:
+                item = ready.get()
+                if item is done:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            stop.set()
+
+    return consume()
