@@ -1,0 +1,111 @@
+"""Training from a prepared store on the backend at hand: where only JAX is installed (the
+no-TensorFlow run of `make test`) and on TensorFlow. Three kill -9s, and the resumed run ends
+with the weights of an uninterrupted one (no dropout: the same batches in the same order)."""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+
+from tfformer.data.builtin import builtin_pairs
+from tfformer.data.pieces import SentencePieces, train_model
+from tfformer.data.store import Store, write_store
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BACKEND = os.environ.get("KERAS_BACKEND", "tensorflow")
+SMALL = ["--set", "d_model=32", "--set", "num_heads=2", "--set", "d_ff=64",
+         "--set", "num_encoder_layers=1", "--set", "num_decoder_layers=1",
+         "--set", "max_length=32", "--set", "dropout=0", "--batch-tokens", "512",
+         "--verbose", "0", "--backend", BACKEND]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """A store written without TensorFlow: SentencePiece trained and run in Python."""
+    train = [p for p in builtin_pairs("train", 3000) if len(p[0].split()) <= 7][:600]
+    dev = builtin_pairs("dev", 8)
+    pieces = SentencePieces(train_model([s for pair in train for s in pair], 200))
+    out = str(tmp_path_factory.mktemp("store") / "builtin")
+    chunks = [([s for s, _ in train[i:i + 256]], [t for _, t in train[i:i + 256]])
+              for i in range(0, len(train), 256)]
+    write_store(out, pieces, chunks, dev, {"spec": "builtin (test)"})
+    return Store.open(out)
+
+
+def command(store, out, *extra):
+    return [sys.executable, "-m", "tfformer.cli.train", "--data", f"prepared:{store.path}",
+            "--out", str(out), *SMALL, *extra]
+
+
+def run_env():
+    return {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2",
+            "KERAS_BACKEND": BACKEND}
+
+
+def backup_step(out) -> int:
+    try:
+        with open(out / "backup" / "state.json") as f:
+            return json.load(f)["step"]
+    except (OSError, ValueError):
+        return 0
+
+
+def weights(out):
+    return keras.saving.load_model(out / "model.keras", compile=False).get_weights()
+
+
+@pytest.mark.slow
+def test_three_kills_resume_to_the_weights_of_an_uninterrupted_run(store, tmp_path):
+    total, per_epoch = 12, 4
+    flags = ("--steps", str(total), "--steps-per-epoch", str(per_epoch), "--backup-every", "1",
+             "--dev-sentences", "4")
+    whole = tmp_path / "whole"
+    result = subprocess.run(command(store, whole, *flags), env=run_env(), capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    if BACKEND == "jax" and os.environ.get("TFFORMER_EXPECT_NO_TENSORFLOW"):
+        assert "TensorFlow is not installed" in result.stderr  # the run had none to use
+
+    killed = tmp_path / "killed"
+    log = tmp_path / "killed.txt"
+    kills = []
+    for kill_after in (2, 5, 9):  # mid-epoch, past an epoch end, in the last epoch
+        with open(log, "a") as stderr:
+            process = subprocess.Popen(command(store, killed, *flags), env=run_env(),
+                                       stdout=subprocess.DEVNULL, stderr=stderr)
+        try:
+            deadline = time.monotonic() + 300
+            while backup_step(killed) < kill_after and process.poll() is None:
+                assert time.monotonic() < deadline, log.read_text()[-3000:]
+                time.sleep(0.02)
+            process.send_signal(signal.SIGKILL)
+            process.wait(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        kills.append(backup_step(killed))
+    assert kills == sorted(kills) and kills[-1] < total, kills
+    result = subprocess.run(command(store, killed, *flags), env=run_env(), capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"starting at step {kills[-1]} of {total}" in result.stderr
+    assert "skipping" not in result.stderr  # no batch read again to get there
+
+    for a, b in zip(weights(whole), weights(killed), strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+    with open(killed / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["step"]) for r in rows] == [4, 8, 12]
+    assert all(r["dev_bleu"] != "" and r["val_loss"] != "" for r in rows)
+    with open(whole / "metrics.csv", newline="") as f:
+        # The same weights at each epoch's end. (An epoch's training loss averages the batches
+        # since its last start only, as Keras' metrics do.)
+        np.testing.assert_allclose([float(r["val_loss"]) for r in csv.DictReader(f)],
+                                   [float(r["val_loss"]) for r in rows], rtol=1e-5)
