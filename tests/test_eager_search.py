@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from tfformer.decode.eager_search import greedy_search, sample_search
+from tfformer.decode.eager_search import beam_search, greedy_search, sample_search
 from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 EXTRA = 6
@@ -114,3 +114,42 @@ def test_sampling_equals_the_in_graph_sampling(search_model, search_sources):
     width = tokens.shape[1]
     np.testing.assert_array_equal(tokens, graph.tokens.numpy()[:, 0, :width])
     np.testing.assert_allclose(scores, graph.scores.numpy()[:, 0], atol=1e-5)
+
+
+@pytest.mark.parametrize("k, alpha", [(4, 0.6), (2, 1.0)])
+def test_beam_search_equals_the_numpy_reference_on_every_backend(search_model, search_sources,
+                                                                  k, alpha):
+    from tests.reference_search import reference_beam_search, strip
+
+    tokens, scores = beam_search(search_model, search_sources, k, alpha, EXTRA, n_best=k)
+    lengths = set()
+    for row, source in enumerate(search_sources):
+        expected = reference_beam_search(search_model, source, k, alpha, EXTRA)
+        for rank, (sequence, score) in enumerate(expected):
+            assert strip(tokens[row, rank]) == sequence, (row, rank)
+            assert scores[row, rank] == pytest.approx(score, abs=1e-4)
+            lengths.add(len(sequence))
+    assert len(lengths) > 2  # hypotheses of several lengths: the test is not degenerate
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow",
+                    reason="the in-graph search is TensorFlow's")
+@pytest.mark.parametrize("k, alpha, n_best", [(4, 0.6, 4), (1, 0.0, 1), (3, 0.6, 2)])
+def test_beam_search_is_token_identical_to_the_in_graph_search(search_model, search_sources,
+                                                               k, alpha, n_best):
+    from tfformer.decode.search import beam_search as graph_beam_search
+
+    tokens, scores = beam_search(search_model, search_sources, k, alpha, EXTRA, n_best)
+    graph = graph_beam_search(search_model, search_sources, k, alpha, EXTRA, n_best)
+    graph_tokens = graph.tokens.numpy()
+    width = max(tokens.shape[2], graph_tokens.shape[2])
+    pad = lambda x: np.pad(x, [(0, 0), (0, 0), (0, width - x.shape[2])])  # noqa: E731
+    np.testing.assert_array_equal(pad(tokens), pad(graph_tokens))
+    np.testing.assert_allclose(scores, graph.scores.numpy(), atol=1e-5)
+
+
+def test_beam_of_one_without_length_penalty_is_greedy_search(search_model, search_sources):
+    tokens, scores = greedy_search(search_model, search_sources, EXTRA)
+    beam_tokens, beam_scores = beam_search(search_model, search_sources, 1, 0.0, EXTRA)
+    np.testing.assert_array_equal(beam_tokens[:, 0, :tokens.shape[1]], tokens)
+    np.testing.assert_allclose(beam_scores[:, 0], scores, atol=1e-5)

@@ -61,17 +61,26 @@ def weights(out):
     return keras.saving.load_model(out / "model.keras", compile=False).get_weights()
 
 
-@pytest.mark.slow
-def test_three_kills_resume_to_the_weights_of_an_uninterrupted_run(store, tmp_path):
-    total, per_epoch = 12, 4
-    flags = ("--steps", str(total), "--steps-per-epoch", str(per_epoch), "--backup-every", "1",
-             "--dev-sentences", "4")
-    whole = tmp_path / "whole"
-    result = subprocess.run(command(store, whole, *flags), env=run_env(), capture_output=True,
+TOTAL, PER_EPOCH = 12, 4
+FLAGS = ("--steps", str(TOTAL), "--steps-per-epoch", str(PER_EPOCH), "--backup-every", "1",
+         "--dev-sentences", "4", "--dev-beam-size", "2")
+
+
+@pytest.fixture(scope="module")
+def whole_run(store, tmp_path_factory):
+    """An uninterrupted run on the store."""
+    whole = tmp_path_factory.mktemp("runs") / "whole"
+    result = subprocess.run(command(store, whole, *FLAGS), env=run_env(), capture_output=True,
                             text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     if BACKEND == "jax" and os.environ.get("TFFORMER_EXPECT_NO_TENSORFLOW"):
         assert "TensorFlow is not installed" in result.stderr  # the run had none to use
+    return whole
+
+
+@pytest.mark.slow
+def test_three_kills_resume_to_the_weights_of_an_uninterrupted_run(store, whole_run, tmp_path):
+    total, flags, whole = TOTAL, FLAGS, whole_run
 
     killed = tmp_path / "killed"
     log = tmp_path / "killed.txt"
@@ -109,3 +118,28 @@ def test_three_kills_resume_to_the_weights_of_an_uninterrupted_run(store, tmp_pa
         # since its last start only, as Keras' metrics do.)
         np.testing.assert_allclose([float(r["val_loss"]) for r in csv.DictReader(f)],
                                    [float(r["val_loss"]) for r in rows], rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_evaluate_scores_a_run_on_the_stores_dev_set_with_beam_search(store, whole_run,
+                                                                      tmp_path):
+    import sacrebleu
+
+    out = tmp_path / "eval"
+    result = subprocess.run(
+        [sys.executable, "-m", "tfformer.cli.evaluate", str(whole_run), "--data",
+         f"prepared:{store.path}", "--beam-size", "2", "--out", str(out)],
+        env=run_env(), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    hypotheses = (out / "hypotheses.txt").read_text().splitlines()
+    references = [t for _, t in store.dev_pairs()]
+    assert report["search"]["beam_size"] == 2 and report["sentences"] == len(references)
+    assert len(hypotheses) == len(references) and any(hypotheses)
+    assert report["bleu"] == round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2)
+    # The search the report names: the model's beam search over the same sources.
+    from tfformer.decode.eager_translator import load_eager_translator
+
+    translator = load_eager_translator(whole_run, beam_size=2)
+    sources = [s for s, _ in store.dev_pairs()]
+    assert [text for text, _ in translator.translate_texts(sources[:3])] == hypotheses[:3]

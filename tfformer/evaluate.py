@@ -4,6 +4,11 @@ The model is a run directory (its model.keras, one checkpoint, or the average of
 checkpoints, §6.1) searched with the given beam and alpha, or an exported SavedModel (searched as
 it was exported). Sentences are translated in batches of similar length, and the hypotheses are
 put back in input order.
+
+A run directory is searched in TensorFlow's graph where TensorFlow runs the model, else step by
+step in `keras.ops` (`tfformer.decode.eager_translator`, the same tokens): with JAX alone, a run
+is evaluated on source and reference files or on a prepared store's dev set (a TSV file and a
+SavedModel need TensorFlow).
 """
 
 from __future__ import annotations
@@ -15,8 +20,8 @@ from typing import Callable, Sequence
 import sacrebleu
 
 from tfformer.contract import saved_model_dir
-from tfformer.data.records import DataError
-from tfformer.data.tsv import read_tsv
+from tfformer.data.errors import DataError
+from tfformer.data.store import Store, is_store_spec, store_path
 from tfformer.decode.batch_translate import translate_in_batches
 
 TranslateBatch = Callable[[list[str]], list[str]]
@@ -65,15 +70,21 @@ def translate_in_length_order(translate: TranslateBatch, sources: Sequence[str],
 def read_test_set(tsv: str | None = None, source_file: str | None = None,
                   reference_file: str | None = None) -> tuple[list[str], list[str], str]:
     """(sources, references, description) from a TSV file (FILE, or `tsv:FILE` as tfformer-train's
-    --data writes it) or from a source and a reference file (one sentence per line). A malformed
-    TSV line is an error naming file and line."""
+    --data writes it), a prepared store's dev set (`prepared:DIR`) or from a source and a
+    reference file (one sentence per line). A malformed TSV line is an error naming file and
+    line."""
     if tsv and (source_file or reference_file):
         raise ValueError("give a TSV file or source and reference files, not both")
+    if tsv and is_store_spec(tsv):
+        pairs = Store.open(store_path(tsv)).dev_pairs()
+        return [s for s, _ in pairs], [t for _, t in pairs], f"{tsv} (its dev set)"
     if tsv and tsv.startswith("tsv:"):
         tsv = tsv[len("tsv:"):]
         if "," in tsv or "+" in tsv:
             raise ValueError(f"a test set is one file: tsv:FILE, got tsv:{tsv}")
     if tsv:
+        from tfformer.data.tsv import read_tsv  # TensorFlow's reader: the line rules are its
+
         text = read_tsv(tsv)
         return [s for s, _ in text.pairs], [t for _, t in text.pairs], tsv
     if not (source_file and reference_file):
@@ -110,9 +121,13 @@ def load_translate_batch(path: str, *, checkpoint: str | None = None,
                 {"model": path, "kind": "saved_model", "search": "as exported"})
     if checkpoint and average:
         raise ValueError("give --checkpoint or --average, not both")
-    from tfformer.decode.translator import load_translator
     from tfformer.train.checkpoints import average_last
+    from tfformer.utils.backends import on_tensorflow
 
+    if on_tensorflow():
+        from tfformer.decode.translator import load_translator
+    else:
+        from tfformer.decode.eager_translator import load_eager_translator as load_translator
     translator = load_translator(path, **{k: v for k, v in search.items() if v is not None})
     weights = "model.keras"
     if checkpoint:

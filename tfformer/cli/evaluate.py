@@ -26,7 +26,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                                      formatter_class=DefaultsOnceFormatter)
     parser.add_argument("model", help="a run dir, a SavedModel version dir or a model base path")
     parser.add_argument("--data", default=None,
-                        help="test set: a source<TAB>reference TSV file (FILE or tsv:FILE)")
+                        help="test set: a source<TAB>reference TSV file (FILE or tsv:FILE), or "
+                             "prepared:DIR (a tfformer-prepare store's dev set)")
     parser.add_argument("--src", default=None, help="source sentences, one per line")
     parser.add_argument("--ref", default=None, help="reference translations, one per line")
     parser.add_argument("--checkpoint", default=None, help="a run's .weights.h5 to evaluate")
@@ -44,7 +45,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     start_logging()
-    from tfformer.data.records import DataError
+    from tfformer.data.errors import DataError
     from tfformer.evaluate import (
         load_translate_batch,
         read_test_set,

@@ -45,7 +45,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     start_logging()
-    from tfformer.data.records import DataError
+    from tfformer.data.errors import DataError
     from tfformer.train.prepare import prepare_store
 
     try:

@@ -113,21 +113,13 @@ def main(argv=None) -> int:
 
 
 def print_samples(result) -> None:
-    """A few dev translations (beam search; greedy off TensorFlow) and the last history row as
-    JSON."""
-    from tfformer.utils.backends import on_tensorflow
+    """A few dev translations (beam search) and the last history row as JSON."""
+    from tfformer.decode.eager_translator import translator_for
 
     samples = result.dev_pairs[:5]
     sources = [source for source, _ in samples]
-    if on_tensorflow():
-        from tfformer.decode.translator import Translator
-
-        translations = Translator(result.model, result.tokenizer).translate_texts(sources)
-    else:  # the in-graph search is TensorFlow's; the model runs on another backend here
-        from tfformer.decode.eager_search import translate_texts
-
-        translations = translate_texts(result.model, result.tokenizer, sources)
-    print(f"\nSample translations (dev, {'beam' if on_tensorflow() else 'greedy'} search):")
+    translations = translator_for(result.model, result.tokenizer).translate_texts(sources)
+    print("\nSample translations (dev, beam search):")
     for (source, reference), (hypothesis, _) in zip(samples, translations):
         print(f"  src: {source}\n  hyp: {hypothesis}\n  ref: {reference}\n")
     final = result.history[-1] if result.history else {}

@@ -125,6 +125,10 @@ class TrainSettings:
                 "up too)"})
     dev_sentences: int = field(default=200, metadata={
         "help": "dev sentences decoded for BLEU after each epoch (0: none)"})
+    dev_beam_size: int = field(default=1, metadata={
+        "metavar": "K",
+        "help": "dev BLEU's search: 1 greedy, else beam search with the paper's length penalty "
+                "(the same tokens on every backend)"})
     seed: int = field(default=0, metadata={
         "help": "seed of the weights, the data order and the vocabulary's sample"})
     keep_initial_weights: bool = field(default=False, metadata={
@@ -136,7 +140,7 @@ class TrainSettings:
     def __post_init__(self) -> None:
         for name in ("steps", "epochs", "steps_per_epoch", "batch_tokens", "vocab_size",
                      "grad_accum", "devices", "keep_checkpoints", "backup_every",
-                     "warmup_steps", "shuffle_buffer"):
+                     "warmup_steps", "shuffle_buffer", "dev_beam_size"):
             check_at_least(name, getattr(self, name))
         check_at_least("vocab_sample", self.vocab_sample, 2)
         check_at_least("dev_sentences", self.dev_sentences, 0)

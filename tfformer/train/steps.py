@@ -195,7 +195,8 @@ def make_callbacks(settings: TrainSettings, run: RunDir, data: RunData,
     ]
     if settings.dev_sentences and chief:
         callbacks.append(DevBleu(data.tokenizer, data.dev.pairs,
-                                 max_sentences=settings.dev_sentences))
+                                 max_sentences=settings.dev_sentences,
+                                 beam_size=settings.dev_beam_size))
     stop_at_time = None
     if budget.deadline is not None:
         stop_at_time = StopAtTime(budget.deadline)

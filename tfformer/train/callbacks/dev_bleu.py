@@ -11,28 +11,29 @@ from typing import Sequence
 import keras
 import sacrebleu
 
-from tfformer.decode import eager_search
 from tfformer.decode.batch_translate import translate_in_batches
-from tfformer.utils.backends import on_tensorflow
+from tfformer.decode.eager_translator import translator_for
 
 logger = logging.getLogger(__name__)
 
 
 class DevBleu(keras.callbacks.Callback):
-    """Greedy-decodes dev sentences after each epoch and adds `dev_bleu` (sacreBLEU) to the logs.
+    """Translates dev sentences after each epoch and adds `dev_bleu` (sacreBLEU) to the logs.
 
     Args:
-        tokenizer: the run's Tokenizer.
+        tokenizer: the run's Tokenizer (or, without TensorFlow, its SentencePieces).
         pairs: (source, reference) dev pairs; the first `max_sentences` are decoded.
-        max_sentences: how many to decode (greedy, with the cache, in batches: in the graph
-            on TensorFlow, step by step in `keras.ops` on other backends).
+        max_sentences: how many to decode (with the cache, in batches: in the graph on
+            TensorFlow, step by step in `keras.ops` on other backends; the same tokens).
+        beam_size: 1 for greedy search, else beam search with the paper's length penalty.
         batch_size: sentences per search call.
         num_samples: how many (source, hypothesis, reference) triples to log.
     """
 
     def __init__(self, tokenizer, pairs: Sequence[tuple[str, str]], max_sentences: int = 200,
-                 batch_size: int = 64, num_samples: int = 3):
+                 batch_size: int = 64, num_samples: int = 3, beam_size: int = 1):
         super().__init__()
+        self.beam_size = beam_size
         self.tokenizer = tokenizer
         self.pairs = list(pairs)[:max_sentences]
         self.batch_size = batch_size
@@ -41,12 +42,9 @@ class DevBleu(keras.callbacks.Callback):
         self._translator = None
 
     def _translate_batch(self, sources: Sequence[str]) -> list[tuple[str, float]]:
-        if not on_tensorflow():
-            return eager_search.translate_texts(self.model, self.tokenizer, sources)
         if self._translator is None or self._translator.model is not self.model:
-            from tfformer.decode.translator import Translator
-
-            self._translator = Translator(self.model, self.tokenizer, beam_size=1)
+            self._translator = translator_for(self.model, self.tokenizer,
+                                              beam_size=self.beam_size)
         return self._translator.translate_texts(sources)
 
     def translate(self, sources: Sequence[str]) -> list[str]:
