@@ -152,23 +152,29 @@ def scale(out: str, pairs: int) -> dict:
     log("preparing")
     prepared = prepare_in_fresh_process(spec, os.path.join(out, "store"), 37000)
     log(f"prepared: {prepared}")
-    started = time.perf_counter()
-    store = Store.open(os.path.join(out, "store"))
-    loader = Loader(store.train, batch_tokens=25000, max_length=256, seed=0)
-    stream = loader.batches(0, prefetch=0)
-    next(stream)
-    first = round(time.perf_counter() - started, 2)
-    rate = loader_rate(loader, seconds=60)
+    loaders = {}
+    for name, pack_length in (("bucketed", 0), ("packed_256", 256)):
+        started = time.perf_counter()
+        store = Store.open(os.path.join(out, "store"))
+        loader = Loader(store.train, batch_tokens=25000, max_length=256,
+                        pack_length=pack_length, seed=0)
+        stream = loader.batches(0, prefetch=0)
+        next(stream)
+        first = round(time.perf_counter() - started, 2)
+        rate = loader_rate(loader, seconds=60)
+        loaders[name] = {"first_batch_seconds": first, **rate}
+        log(f"{name}: {loaders[name]}")
+    peak = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     return {"corpus": f"synthetic WMT14-size ({pairs} pairs, benchmarks/data_scale.py)",
             "corpus_write_seconds": written, "prepare": prepared,
-            "loader": {"first_batch_seconds": first, **rate,
-                       "peak_rss_mb": round(resource.getrusage(
-                           resource.RUSAGE_SELF).ru_maxrss / 1024)},
+            "loader": {**loaders, "peak_rss_mb": peak},
             "targets": {"prepare_under_10_minutes": prepared["seconds"] <= 600,
                         "prepare_under_2_gb": prepared["peak_rss_mb"] <= 2048,
-                        "first_batch_under_10_s": first <= 10,
-                        "one_core_at_least_1.5M_target_tokens_per_s":
-                            rate["target_tokens_per_second"] >= 1_500_000}}
+                        "first_batch_under_10_s": all(
+                            r["first_batch_seconds"] <= 10 for r in loaders.values()),
+                        "one_core_at_least_1.5M_target_tokens_per_s": all(
+                            r["target_tokens_per_second"] >= 1_500_000
+                            for r in loaders.values())}}
 
 
 def main() -> None:

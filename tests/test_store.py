@@ -243,3 +243,35 @@ def test_bad_loader_arguments_name_the_field(builtin_store):
         Loader(builtin_store.train, batch_tokens=1024, max_length=32, pack_length=64)
     with pytest.raises(ValueError, match="no pair of shard 0 of 1 is within 3 tokens"):
         Loader(builtin_store.train, batch_tokens=1024, max_length=3)
+
+
+def sequential_first_fit(source_lengths, target_lengths, length, window):
+    """First fit one pair at a time (the rule of tfformer.data.packing, in plain Python)."""
+    row, slot, at, first_row = [], [], [], 0
+    for start in range(0, len(source_lengths), window):
+        used, segments = [], []
+        for need in zip(source_lengths[start:start + window],
+                        target_lengths[start:start + window]):
+            r = next((i for i, u in enumerate(used)
+                      if u[0] + need[0] <= length and u[1] + need[1] <= length), len(used))
+            if r == len(used):
+                used.append([0, 0])
+                segments.append(0)
+            at.append(list(used[r]))
+            used[r] = [used[r][0] + need[0], used[r][1] + need[1]]
+            segments[r] += 1
+            slot.append(segments[r])
+            row.append(first_row + r)
+        first_row += len(used)
+    return row, slot, at, first_row
+
+
+@pytest.mark.parametrize("count, window", [(1000, 64), (777, 100), (5, 8)])
+def test_packing_all_windows_at_once_is_first_fit_pair_by_pair(count, window):
+    from tfformer.data.loader import first_fit
+
+    rng = np.random.default_rng(count)
+    source, target = rng.integers(2, 30, count), rng.integers(2, 30, count)
+    row, slot, at, rows = first_fit(source, target, 32, window)
+    expected = sequential_first_fit(source.tolist(), target.tolist(), 32, window)
+    assert (row.tolist(), slot.tolist(), at.tolist(), rows) == expected

@@ -226,34 +226,14 @@ class Loader:
             num_batches=len(members))
 
     def _pack(self, order: np.ndarray) -> EpochPlan:
-        length = self.pack_length
-        needs = np.stack([self._source_lengths[order], self._target_lengths[order]], axis=1)
-        row = np.empty(len(order), np.int64)
-        slot = np.empty(len(order), np.int64)
-        at = np.empty([len(order), 2], np.int64)
-        first_row = 0
-        for start in range(0, len(order), self.window):
-            window = needs[start:start + self.window]
-            used = np.zeros([len(window), 2], np.int64)
-            segments = np.zeros(len(window), np.int64)
-            open_rows = 0
-            for i, need in enumerate(window):
-                # First fit: the first open row with room for both sides, else a new row.
-                fits = np.flatnonzero(((used[:open_rows] + need) <= length).all(axis=1))
-                r = fits[0] if len(fits) else open_rows
-                open_rows = max(open_rows, r + 1)
-                at[start + i] = used[r]
-                used[r] += need
-                segments[r] += 1
-                slot[start + i] = segments[r]
-                row[start + i] = first_row + r
-            first_row += open_rows
-        rows = self.batch_sizes[0]
+        row, slot, at, num_rows = first_fit(
+            self._source_lengths[order], self._target_lengths[order], self.pack_length,
+            self.window)
         # By row, then segment: a batch's pairs are then one run of the plan.
         by_row = np.lexsort((slot, row))
         return EpochPlan(pairs=order[by_row], row=row[by_row], slot=slot[by_row],
                          source_at=at[by_row, 0], target_at=at[by_row, 1],
-                         num_batches=-(-first_row // rows))
+                         num_batches=-(-num_rows // self.batch_sizes[0]))
 
     # -- positions ----------------------------------------------------------------------------
 
@@ -361,6 +341,51 @@ class Loader:
         if not prefetch:
             return produce()
         return _prefetched(produce(), prefetch)
+
+
+def first_fit(source_lengths: np.ndarray, target_lengths: np.ndarray, length: int,
+              window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """First-fit packing of pairs in arrival order within windows of `window` pairs: each pair
+    goes to the first row of its window with room for both sides, else to a new row
+    (`tfformer.data.packing`'s rule).
+
+    Every window is packed at once, one pair position at a time across all of them, so an
+    epoch costs `window` vectorized steps rather than a Python step per pair.
+
+    Returns:
+        (row, slot, at, num_rows): each pair's row (numbered across windows, in order), its
+        segment id in the row (1, 2, ...), its [source, target] columns, and the rows in all.
+    """
+    count = len(source_lengths)
+    windows = max(1, -(-count // window))
+    needs = np.zeros([windows * window, 2], np.int32)
+    needs[:count, 0], needs[:count, 1] = source_lengths, target_lengths
+    needs = needs.reshape(windows, window, 2)
+    real = (np.arange(windows * window) < count).reshape(windows, window)
+    used = np.zeros([windows, window, 2], np.int32)  # tokens of each row of each window
+    segments = np.zeros([windows, window], np.int32)
+    open_rows = np.zeros(windows, np.int64)
+    row = np.zeros([windows, window], np.int64)
+    slot = np.zeros([windows, window], np.int64)
+    at = np.zeros([windows, window, 2], np.int64)
+    every = np.arange(windows)
+    rows_seen = 1  # rows any window has opened, plus one: the only ones to look at
+    for i in range(window):
+        need, counts = needs[:, i], real[:, i]
+        open_ = np.arange(rows_seen)[None] < open_rows[:, None]
+        fits = ((used[:, :rows_seen] + need[:, None]) <= length).all(axis=2) & open_
+        chosen = np.where(fits.any(axis=1), fits.argmax(axis=1), open_rows)
+        at[:, i] = used[every, chosen]
+        used[every, chosen] += need
+        segments[every, chosen] += counts
+        slot[:, i] = segments[every, chosen]
+        row[:, i] = chosen
+        open_rows = np.where(counts, np.maximum(open_rows, chosen + 1), open_rows)
+        rows_seen = min(window, int(open_rows.max()) + 1)
+    first_row = np.cumsum(open_rows) - open_rows
+    row += first_row[:, None]
+    return (row.reshape(-1)[:count], slot.reshape(-1)[:count], at.reshape(-1, 2)[:count],
+            int(open_rows.sum()))
 
 
 def _with_special(values: np.ndarray, counts: np.ndarray, special: int,
