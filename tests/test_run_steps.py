@@ -7,7 +7,6 @@ import logging
 import os
 import types
 
-import keras
 import pytest
 
 from tfformer import run
@@ -21,6 +20,7 @@ from tfformer.train.callbacks import (
     LogBatchShapes,
     LogDataCounters,
     StopAtTime,
+    StopOnNaN,
 )
 from tfformer.train.devices import Placement
 from tfformer.train.settings import Budget, TrainingStopped, TrainSettings, load_config
@@ -93,7 +93,7 @@ def make_callbacks(tmp_path, settings, chief=True, deadline=None):
 def test_callbacks_of_a_default_run(tmp_path):
     callbacks = make_callbacks(tmp_path, TrainSettings(keep_checkpoints=3))
     assert [type(c) for c in callbacks.all] == [
-        keras.callbacks.TerminateOnNaN, KeepLastCheckpoints, LogDataCounters,
+        StopOnNaN, KeepLastCheckpoints, LogDataCounters,
         LogBatchShapes, DevBleu]
     assert callbacks.all[1].keep == 3 and callbacks.all[3] is callbacks.batch_shapes
     assert callbacks.stop_at_time is None

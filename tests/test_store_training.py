@@ -143,3 +143,29 @@ def test_evaluate_scores_a_run_on_the_stores_dev_set_with_beam_search(store, who
     translator = load_eager_translator(whole_run, beam_size=2)
     sources = [s for s, _ in store.dev_pairs()]
     assert [text for text, _ in translator.translate_texts(sources[:3])] == hypotheses[:3]
+
+
+def test_the_runs_callbacks_let_keras_dispatch_the_next_step_without_waiting(store, tmp_path):
+    import time as clock
+
+    from tfformer.train import steps, store_inputs
+    from tfformer.train.fit import fit_callbacks, waiting_callbacks
+    from tfformer.train.settings import Budget, TrainSettings
+    from tfformer.utils.run_dir import RunDir
+
+    run = RunDir(tmp_path / "run")
+    settings = TrainSettings(data=f"prepared:{store.path}", dev_sentences=2, max_minutes=5,
+                             steps=10)
+    data = store_inputs.prepare(run, chief=True, spec=settings.data)
+    batches = store_inputs.assemble(run, data, batch_tokens=512, max_length=32, seed=0,
+                                    batch_multiple=1)
+    budget = Budget.from_settings(settings, batches.batches_per_pass, clock.monotonic())
+    made = steps.make_callbacks(settings, run, data, batches, 32, BACKEND, True, budget)
+    callbacks = fit_callbacks(budget.total_steps, made.all, steps.open_run_state(run, settings))
+    assert waiting_callbacks(callbacks) == []
+    # Keras' own decision (CallbackList), which a batch-end hook that waits would turn off.
+    thread_safe = keras.backend.backend() == "jax"
+    assert keras.callbacks.CallbackList(callbacks)._async_train == thread_safe
+    waiting = [*callbacks, keras.callbacks.TerminateOnNaN()]
+    assert waiting_callbacks(waiting) == ["TerminateOnNaN"]
+    assert not keras.callbacks.CallbackList(waiting)._async_train

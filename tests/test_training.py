@@ -399,16 +399,16 @@ def test_stop_at_time_leaves_room_for_the_epoch_end():
     now = [0.0]
     callback = StopAtTime(deadline=100.0, clock=lambda: now[0])
     callback.set_model(types.SimpleNamespace(stop_training=False))
-    for t in (10, 20, 30):  # epoch 1: batches end at 10, 20, 30; its end work takes 25 s
+    for t in (10, 20, 30):  # epoch 1: batches begin at 10, 20, 30; its end work ends at 55
         now[0] = t
-        callback.on_train_batch_end(0)
+        callback.on_train_batch_begin(0)
     now[0] = 55
     callback.on_epoch_begin(1)
     now[0] = 70
-    callback.on_train_batch_end(0)
+    callback.on_train_batch_begin(0)
     assert not callback.model.stop_training  # 70 + 25 < 100
     now[0] = 76
-    callback.on_train_batch_end(1)
+    callback.on_train_batch_begin(1)
     assert callback.model.stop_training and callback.stopped  # 76 + 25 >= 100
 
 

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import TYPE_CHECKING, Sequence
 
+import keras
+
 from tfformer.model.transformer import Transformer
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from tfformer.train.callbacks import RunState
@@ -39,8 +44,6 @@ def fit_resumable(model: Transformer, train_data, *, run_state: "RunState", tota
     Returns:
         the optimizer step reached (less than total_steps only if a callback stopped training).
     """
-    # Here, not at the top: the run's files use TensorFlow (TensorBoard), compiling does not.
-    from tfformer.train.callbacks import StopAtStep
     from tfformer.train.state import optimizer_step
 
     accumulation = model.optimizer.gradient_accumulation_steps or 1
@@ -56,7 +59,11 @@ def fit_resumable(model: Transformer, train_data, *, run_state: "RunState", tota
     epochs = math.ceil(total_steps / updates_per_epoch)
     epoch, done_in_epoch = divmod(step, updates_per_epoch)
     fit_kwargs = dict(validation_data=validation_data, verbose=verbose, shuffle=False,
-                      callbacks=[StopAtStep(total_steps), *callbacks, run_state])
+                      callbacks=fit_callbacks(total_steps, callbacks, run_state))
+    waiting = waiting_callbacks(fit_kwargs["callbacks"])
+    logger.info("fit: %s", f"Keras waits on each step for {', '.join(waiting)}" if waiting else
+                "no callback waits on a step's results (Keras dispatches the next step at once "
+                "where the backend allows: JAX)")
     if step < total_steps and done_in_epoch:
         # Finish the epoch the backup was taken in, so that epochs keep their true steps.
         model.fit(batches_from(step), initial_epoch=epoch, epochs=epoch + 1,
@@ -72,3 +79,22 @@ def fit_resumable(model: Transformer, train_data, *, run_state: "RunState", tota
         model.fit(batches_from(step), initial_epoch=epoch, epochs=epochs,
                   steps_per_epoch=steps_per_epoch, **fit_kwargs)
     return optimizer_step(model)
+
+
+def fit_callbacks(total_steps: int, callbacks: Sequence, run_state: "RunState") -> list:
+    """What `fit_resumable` gives `model.fit`: the exact step budget first, the run's state last
+    (its epoch-end row takes the logs the others added)."""
+    from tfformer.train.callbacks import StopAtStep
+
+    return [StopAtStep(total_steps), *callbacks, run_state]
+
+
+def waiting_callbacks(callbacks: Sequence) -> list[str]:
+    """The callbacks for which Keras waits on each step's results before it dispatches the next
+    one: a batch-end hook not marked `async_safe` (Keras 3's rule,
+    `keras.callbacks.CallbackList`; on TensorFlow, Keras never dispatches asynchronously)."""
+    base = keras.callbacks.Callback
+    hooks = ("on_batch_end", "on_train_batch_end")
+    return [type(callback).__name__ for callback in callbacks
+            if not getattr(callback, "async_safe", False)
+            and any(getattr(type(callback), hook) is not getattr(base, hook) for hook in hooks)]

@@ -32,6 +32,7 @@ from tfformer.train.callbacks import (
     LogDataCounters,
     RunState,
     StopAtTime,
+    StopOnNaN,
 )
 from tfformer.train.devices import Placement
 from tfformer.train.fit import fit_resumable
@@ -188,7 +189,7 @@ def make_callbacks(settings: TrainSettings, run: RunDir, data: RunData,
     shapes; dev BLEU on the chief when `dev_sentences`; a deadline when the budget has one."""
     batch_shapes = LogBatchShapes(batches.stats, backend)
     callbacks = [
-        keras.callbacks.TerminateOnNaN(),
+        StopOnNaN(),
         KeepLastCheckpoints(run.checkpoints, keep=settings.keep_checkpoints),
         LogDataCounters(batches.counters, settings.pack_length or max_length),
         batch_shapes,

@@ -56,6 +56,8 @@ class RunState(keras.callbacks.Callback):
                 logger.info("removed %s, left by a write that was killed", name)
         self.state = self._read_state()
         self._last_backup_step: int | None = None
+        self._fit_start = self._batches_done = 0
+        self._accumulation = 1
         self._writers: dict[str, Any] = {}
         self.tensorboard = importlib.util.find_spec("tensorflow") is not None
         if not self.tensorboard:
@@ -169,15 +171,23 @@ class RunState(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         step = optimizer_step(self.model)
         self._last_backup_step = step
+        self._fit_start = step
+        self._accumulation = self.model.optimizer.gradient_accumulation_steps or 1
+        self._batches_done = 0
         if self.keep_initial_weights and step == 0 and self.state["weights"] is None:
             atomic_write(self.run.initial_weights, self.model.save_weights)
 
-    def on_train_batch_end(self, batch, logs=None):
-        if batch + 1 == self.params.get("steps"):
-            return  # the epoch's end backs up this step, with its history row
-        step = optimizer_step(self.model)
+    def on_train_batch_begin(self, batch, logs=None):
+        # Before batch b, the updates of the batches before it are done: a backup due at that
+        # step is taken here, from counts, so that no batch end makes Keras wait for its step
+        # (tfformer.train.callbacks.stops). The epoch's end backs up its last step, with its
+        # history row.
+        done, self._batches_done = self._batches_done, self._batches_done + 1
+        if batch == 0 or done % self._accumulation:
+            return
+        step = self._fit_start + done // self._accumulation
         if step != self._last_backup_step and step % self.backup_every == 0:
-            self._commit(step, self.history)
+            self._commit(step, self.history)  # self.model: the step's weights, synced
 
     def on_epoch_end(self, epoch, logs=None):
         row = {"epoch": epoch + 1, "step": optimizer_step(self.model)}
