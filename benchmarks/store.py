@@ -98,7 +98,7 @@ def bible(out: str) -> dict:
         if shape.get("pack_length"):
             warm = Loader(store.train, **shape, seed=0, known_epoch_sizes=sizes)
             resume["with_epoch_sizes"] = first_batch_seconds(warm, RESUME_AT)
-        result[name] = {**rate, "batches_per_epoch": loader.plan(0).num_batches,
+        result[name] = {**rate, "batches_per_epoch": loader.epoch_size(0),
                         f"resume_at_{RESUME_AT}_seconds": resume}
         log(f"{name}: resume {resume}")
 

@@ -36,6 +36,7 @@ from tfformer.utils.checks import check_at_least
 
 DEFAULT_WINDOW = 1024  # pairs packed together (as tfformer.data.packing.DEFAULT_WINDOW)
 PREFETCH = 4  # batches built ahead by the background thread
+BLOCK_WINDOWS = 64  # packing windows planned together: the first batch waits for one block
 
 
 def rows_per_batch(length: int, batch_tokens: int, multiple: int = 1) -> int:
@@ -51,23 +52,80 @@ def rows_per_batch(length: int, batch_tokens: int, multiple: int = 1) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class EpochPlan:
-    """Which pairs go where in one epoch's batches.
-
-    Bucketed: batch b holds pairs[starts[b]:starts[b+1]] in rows 0.., padded to lengths[b] and
-    rows[b] rows. Packed: pair i lies in row `row[i]` (numbered across the epoch) at `slot[i]`
-    (its segment id), its source at column source_at[i] and its target at target_at[i]; batch b
-    holds rows [b * rows, (b + 1) * rows).
-    """
+    """Which pairs go where in one bucketed epoch: batch b holds pairs[starts[b]:starts[b+1]] in
+    rows 0.., padded to lengths[b] and rows[b] rows."""
 
     pairs: np.ndarray
-    starts: np.ndarray | None = None
-    lengths: np.ndarray | None = None
-    rows: np.ndarray | None = None
-    row: np.ndarray | None = None
-    slot: np.ndarray | None = None
-    source_at: np.ndarray | None = None
-    target_at: np.ndarray | None = None
-    num_batches: int = 0
+    starts: np.ndarray
+    lengths: np.ndarray
+    rows: np.ndarray
+
+    @property
+    def num_batches(self) -> int:
+        return len(self.lengths)
+
+    def has_batch(self, index: int) -> bool:
+        return index < self.num_batches
+
+
+class PackedEpoch:
+    """One epoch's packing, planned a block of windows at a time as its batches are asked for,
+    so the first batch waits for one block, not the whole epoch.
+
+    Rows are numbered across the epoch in the order the blocks fill them; batch b holds rows
+    [b * rows, (b + 1) * rows), the last one filled up with PAD rows.
+    """
+
+    def __init__(self, order: np.ndarray, source_lengths: np.ndarray,
+                 target_lengths: np.ndarray, *, length: int, window: int, rows: int,
+                 block: int, on_complete: Callable[[int], None]):
+        self.order, self.length, self.window, self.rows = order, length, window, rows
+        self._lengths = (source_lengths, target_lengths)
+        self._block = block
+        self._on_complete = on_complete
+        self._planned = 0  # pairs of `order` packed so far
+        self.rows_planned = 0
+        # Per block, sorted by (row, segment): pairs, row, segment id, source and target column.
+        self._blocks: list[tuple[np.ndarray, ...]] = []
+
+    @property
+    def complete(self) -> bool:
+        return self._planned >= len(self.order)
+
+    def _plan_rows(self, count: float) -> None:
+        while self.rows_planned < count and not self.complete:
+            pairs = self.order[self._planned:self._planned + self._block]
+            row, slot, at, num_rows = first_fit(self._lengths[0][pairs], self._lengths[1][pairs],
+                                                self.length, self.window)
+            by_row = np.lexsort((slot, row))
+            self._blocks.append((pairs[by_row], (row[by_row] + self.rows_planned).astype(np.int64),
+                                 slot[by_row].astype(np.int32), at[by_row].astype(np.int32)))
+            self.rows_planned += num_rows
+            self._planned += len(pairs)
+            if self.complete:
+                self._on_complete(self.num_batches)
+
+    @property
+    def num_batches(self) -> int:
+        """The epoch's batches (plans the whole epoch)."""
+        self._plan_rows(np.inf)
+        return -(-self.rows_planned // self.rows)
+
+    def has_batch(self, index: int) -> bool:
+        self._plan_rows(index * self.rows + 1)
+        return self.rows_planned > index * self.rows
+
+    def members(self, index: int) -> tuple[np.ndarray, ...]:
+        """Batch `index`'s pairs, rows within the batch, segment ids and [source, target]
+        columns."""
+        first, end = index * self.rows, (index + 1) * self.rows
+        self._plan_rows(end)
+        parts = []
+        for pairs, row, slot, at in self._blocks:
+            if len(row) and row[-1] >= first and row[0] < end:
+                lo, hi = np.searchsorted(row, [first, end], side="left")
+                parts.append((pairs[lo:hi], row[lo:hi] - first, slot[lo:hi], at[lo:hi]))
+        return tuple(np.concatenate(column) for column in zip(*parts))
 
 
 class BatchStats:
@@ -176,7 +234,8 @@ class Loader:
         # Bucketed, every epoch has the same batches per bucket, whatever the order.
         counts = np.bincount(self._bucket[self._pairs], minlength=len(self.grid))
         self._bucketed_epoch_size = int(sum(-(-c // s) for c, s in zip(counts, self.batch_sizes)))
-        self._plans: dict[int, EpochPlan] = {}
+        self._plans: dict[int, EpochPlan | PackedEpoch] = {}
+        self.planned: list[int] = []  # the epochs planned, in order (what a resume cost)
 
     # -- the order ----------------------------------------------------------------------------
 
@@ -190,18 +249,30 @@ class Loader:
             return self._pairs
         return np.random.default_rng([self.seed, epoch]).permutation(self._pairs)
 
-    def plan(self, epoch: int) -> EpochPlan:
-        """Epoch `epoch`'s batches (the last two planned are kept)."""
+    def plan(self, epoch: int) -> EpochPlan | PackedEpoch:
+        """Epoch `epoch`'s plan (the last two asked for are kept): an `EpochPlan`, or packed a
+        `PackedEpoch`, planned as its batches are asked for."""
         if epoch not in self._plans:
+            self.planned.append(epoch)
             order = self._order(epoch)
-            plan = self._pack(order) if self.pack_length else self._bucket_plan(order)
+            if self.pack_length:
+                plan = PackedEpoch(
+                    order, self._source_lengths, self._target_lengths,
+                    length=self.pack_length, window=self.window, rows=self.batch_sizes[0],
+                    block=self.window * BLOCK_WINDOWS,
+                    on_complete=lambda size: self._planned_in_full(epoch, size))
+            else:
+                plan = self._bucket_plan(order)
+                self._planned_in_full(epoch, plan.num_batches)
             self._plans = {e: p for e, p in self._plans.items() if e == epoch - 1}
             self._plans[epoch] = plan
-            if epoch == len(self._epoch_sizes):
-                self._epoch_sizes.append(plan.num_batches)
-                if self._on_new_epoch is not None:
-                    self._on_new_epoch(self.epoch_sizes)
         return self._plans[epoch]
+
+    def _planned_in_full(self, epoch: int, size: int) -> None:
+        if epoch == len(self._epoch_sizes):
+            self._epoch_sizes.append(size)
+            if self._on_new_epoch is not None:
+                self._on_new_epoch(self.epoch_sizes)
 
     def _bucket_plan(self, order: np.ndarray) -> EpochPlan:
         buckets = self._bucket[order]
@@ -222,18 +293,7 @@ class Loader:
         return EpochPlan(
             pairs=np.concatenate([members[i] for i in by_finish]),
             starts=np.concatenate([[0], np.cumsum(sizes)]),
-            lengths=np.array(lengths)[by_finish], rows=np.array(rows)[by_finish],
-            num_batches=len(members))
-
-    def _pack(self, order: np.ndarray) -> EpochPlan:
-        row, slot, at, num_rows = first_fit(
-            self._source_lengths[order], self._target_lengths[order], self.pack_length,
-            self.window)
-        # By row, then segment: a batch's pairs are then one run of the plan.
-        by_row = np.lexsort((slot, row))
-        return EpochPlan(pairs=order[by_row], row=row[by_row], slot=slot[by_row],
-                         source_at=at[by_row, 0], target_at=at[by_row, 1],
-                         num_batches=-(-num_rows // self.batch_sizes[0]))
+            lengths=np.array(lengths)[by_finish], rows=np.array(rows)[by_finish])
 
     # -- positions ----------------------------------------------------------------------------
 
@@ -249,8 +309,7 @@ class Loader:
             return divmod(batch, self._bucketed_epoch_size)
         epoch = 0
         while True:
-            size = (self._epoch_sizes[epoch] if epoch < len(self._epoch_sizes)
-                    else self.plan(epoch).num_batches)
+            size = self.epoch_size(epoch)
             if batch < size:
                 return epoch, batch
             batch -= size
@@ -298,15 +357,12 @@ class Loader:
     def batch(self, epoch: int, index: int):
         """Batch `index` of epoch `epoch` as NumPy arrays (see the module docstring)."""
         plan = self.plan(epoch)
-        if not 0 <= index < plan.num_batches:
+        if index < 0 or not plan.has_batch(index):
             raise IndexError(f"epoch {epoch} has {plan.num_batches} batches, not {index + 1}")
         if self.pack_length:
-            rows = self.batch_sizes[0]
-            first = index * rows
-            lo, hi = np.searchsorted(plan.row, [first, first + rows], side="left")
-            inputs, target_out = self._sides(
-                plan.pairs[lo:hi], plan.row[lo:hi] - first, plan.source_at[lo:hi],
-                plan.target_at[lo:hi], (rows, self.pack_length), slot=plan.slot[lo:hi])
+            pairs, row, slot, at = plan.members(index)
+            inputs, target_out = self._sides(pairs, row, at[:, 0], at[:, 1],
+                                             (self.batch_sizes[0], self.pack_length), slot=slot)
         else:
             pairs = plan.pairs[plan.starts[index]:plan.starts[index + 1]]
             zeros = np.zeros(len(pairs), np.int64)
@@ -319,8 +375,18 @@ class Loader:
 
     def epoch(self, epoch: int = 0) -> Iterator:
         """One epoch's batches, in order."""
-        for index in range(self.plan(epoch).num_batches):
+        index = 0
+        while self.plan(epoch).has_batch(index):
             yield self.batch(epoch, index)
+            index += 1
+
+    def epoch_size(self, epoch: int) -> int:
+        """Batches in epoch `epoch` (packed: plans it in full, unless known)."""
+        if not self.pack_length:
+            return self._bucketed_epoch_size
+        if epoch < len(self._epoch_sizes):
+            return self._epoch_sizes[epoch]
+        return self.plan(epoch).num_batches
 
     def batches(self, start: int = 0, prefetch: int = PREFETCH) -> Iterator:
         """The endless stream from batch number `start` on, built `prefetch` batches ahead in a
@@ -332,7 +398,7 @@ class Loader:
             begun = self._on_epoch_begun or (lambda dropped: None)
             begun(self.num_dropped)
             while True:
-                if index == self.plan(epoch).num_batches:
+                if not self.plan(epoch).has_batch(index):
                     epoch, index = epoch + 1, 0
                     begun(self.num_dropped)
                 yield self.batch(epoch, index)

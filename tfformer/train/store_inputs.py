@@ -167,4 +167,4 @@ def assemble(run: RunDir, data: StoreData, *, batch_tokens: int, max_length: int
             return dev_batches[index]
 
     return StoreBatches(train=loader.batches, dev=Dev(), batches_per_pass=lambda:
-                        loader.plan(0).num_batches, counters=counters, stats=stats)
+                        loader.epoch_size(0), counters=counters, stats=stats)
