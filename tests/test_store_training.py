@@ -169,3 +169,43 @@ def test_the_runs_callbacks_let_keras_dispatch_the_next_step_without_waiting(sto
     waiting = [*callbacks, keras.callbacks.TerminateOnNaN()]
     assert waiting_callbacks(waiting) == ["TerminateOnNaN"]
     assert not keras.callbacks.CallbackList(waiting)._async_train
+
+
+@pytest.mark.slow
+def test_patience_stops_after_k_evaluations_without_a_better_dev_bleu_and_keeps_the_best(
+        store, tmp_path):
+    out, patience, total = tmp_path / "patient", 2, 60
+    flags = ("--steps", str(total), "--steps-per-epoch", "2", "--dev-sentences", "4",
+             "--patience", str(patience))
+    result = subprocess.run(command(store, out, *flags), env=run_env(), capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(out / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    bleu = [float(row["dev_bleu"]) for row in rows]
+    best = bleu.index(max(bleu))  # the first of equals
+    # Stopped exactly when the last `patience` evaluations did not beat the best before them.
+    assert len(bleu) - 1 - best == patience and int(rows[-1]["step"]) < total, bleu
+    assert all(max(bleu[:i]) >= bleu[i] for i in range(best + 1, len(bleu)))
+    record = json.loads((out / "early_stop.json").read_text())
+    assert record["best_epoch"] == best + 1 and record["step"] == int(rows[-1]["step"])
+    assert record["best_dev_bleu"] == pytest.approx(bleu[best], abs=1e-4)
+    best_model = keras.saving.load_model(out / "model.keras", compile=False)
+    kept = keras.saving.load_model(out / "model.keras", compile=False)
+    kept.load_weights(out / "best.weights.h5")
+    for a, b in zip(best_model.get_weights(), kept.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+    again = subprocess.run(command(store, out, *flags), env=run_env(), capture_output=True,
+                           text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "nothing to train" in again.stderr
+    with open(out / "metrics.csv", newline="") as f:
+        assert len(list(csv.DictReader(f))) == len(rows)
+
+
+def test_patience_needs_dev_bleu():
+    from tfformer.train.settings import TrainSettings
+
+    with pytest.raises(ValueError, match="patience needs dev BLEU: dev_sentences"):
+        TrainSettings(patience=2, dev_sentences=0)

@@ -80,9 +80,10 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
     logger.info("%s", budget.describe())
     model = steps.build_model(config, settings, placement, backend, warmup)
     callbacks = steps.make_callbacks(settings, run, data, batches, config.max_length, backend,
-                                     placement.chief, budget)
+                                     placement.chief, budget, history=run_state.history)
     step = steps.fit(model, batches, run_state, budget, callbacks, placement, settings.verbose)
-    steps.finish(model, run, step, budget, callbacks, settings, placement.chief)
+    steps.finish(model, run, step, budget, callbacks, settings, placement.chief,
+                 history=run_state.history)
     return TrainResult(model, data.tokenizer, run, step, list(run_state.history), data.dev.pairs,
                        callbacks.batch_shapes.summary)
 
@@ -98,6 +99,9 @@ def place_devices(settings: TrainSettings) -> tuple[str, distribute.Placement]:
     if settings.max_minutes and distribute.tf_config_workers() > 1:
         raise ValueError("max_minutes works in one process only: each worker would stop at "
                          "another batch; give steps or epochs")
+    if settings.patience is not None and distribute.tf_config_workers() > 1:
+        raise ValueError("patience works in one process only: dev BLEU is the chief's, so "
+                         "the other workers would not stop with it")
     placement = distribute.place(backend, settings.devices)
 
     import keras

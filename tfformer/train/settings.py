@@ -125,6 +125,11 @@ class TrainSettings:
                 "up too)"})
     dev_sentences: int = field(default=200, metadata={
         "help": "dev sentences decoded for BLEU after each epoch (0: none)"})
+    patience: int | None = field(default=None, metadata={
+        "metavar": "K",
+        "help": "stop after K dev-BLEU evaluations (epochs) without a better one; the best "
+                "weights are kept (best.weights.h5) and become model.keras, the reason goes to "
+                "early_stop.json (needs dev_sentences)"})
     dev_beam_size: int = field(default=1, metadata={
         "metavar": "K",
         "help": "dev BLEU's search: 1 greedy, else beam search with the paper's length penalty "
@@ -144,6 +149,10 @@ class TrainSettings:
             check_at_least(name, getattr(self, name))
         check_at_least("vocab_sample", self.vocab_sample, 2)
         check_at_least("dev_sentences", self.dev_sentences, 0)
+        if self.patience is not None:
+            check_at_least("patience", self.patience)
+            if not self.dev_sentences:
+                raise ValueError("patience needs dev BLEU: dev_sentences must be > 0")
         if self.pack_length:
             check_at_least("pack_length", self.pack_length, 2, why="a token plus BOS/EOS")
         check_fraction("label_smoothing", self.label_smoothing)

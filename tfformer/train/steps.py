@@ -13,7 +13,7 @@ import json
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Sequence, Union
 
 import keras
 
@@ -27,12 +27,14 @@ from tfformer.model.transformer import Transformer
 from tfformer.train import plots, store_inputs
 from tfformer.train.callbacks import (
     DevBleu,
+    KeepBestDevBleu,
     KeepLastCheckpoints,
     LogBatchShapes,
     LogDataCounters,
     RunState,
     StopAtTime,
     StopOnNaN,
+    early_stop,
 )
 from tfformer.train.devices import Placement
 from tfformer.train.fit import fit_resumable
@@ -180,13 +182,16 @@ class Callbacks:
     all: list[keras.callbacks.Callback]
     batch_shapes: LogBatchShapes
     stop_at_time: StopAtTime | None
+    early_stop: KeepBestDevBleu | None = None
 
 
 def make_callbacks(settings: TrainSettings, run: RunDir, data: RunData,
                    batches: RunBatches, max_length: int, backend: str, chief: bool,
-                   budget: Budget) -> Callbacks:
+                   budget: Budget, history: Sequence[dict] = ()) -> Callbacks:
     """Stop on NaN, keep the last epoch checkpoints, log the stream's counters and batch
-    shapes; dev BLEU on the chief when `dev_sentences`; a deadline when the budget has one."""
+    shapes; dev BLEU on the chief when `dev_sentences`, and with `patience` the best weights kept
+    and the stop it decides (from the run's `history` so far); a deadline when the budget has
+    one."""
     batch_shapes = LogBatchShapes(batches.stats, backend)
     callbacks = [
         StopOnNaN(),
@@ -198,11 +203,15 @@ def make_callbacks(settings: TrainSettings, run: RunDir, data: RunData,
         callbacks.append(DevBleu(data.tokenizer, data.dev.pairs,
                                  max_sentences=settings.dev_sentences,
                                  beam_size=settings.dev_beam_size))
+    early_stop = None
+    if settings.patience is not None and chief:
+        early_stop = KeepBestDevBleu(run, settings.patience, list(history))
+        callbacks.append(early_stop)
     stop_at_time = None
     if budget.deadline is not None:
         stop_at_time = StopAtTime(budget.deadline)
         callbacks.append(stop_at_time)
-    return Callbacks(callbacks, batch_shapes, stop_at_time)
+    return Callbacks(callbacks, batch_shapes, stop_at_time, early_stop)
 
 
 def fit(model: Transformer, batches: RunBatches, run_state: RunState, budget: Budget,
@@ -214,6 +223,11 @@ def fit(model: Transformer, batches: RunBatches, run_state: RunState, budget: Bu
         DataError: the training stream met a bad line (naming file and line).
     """
     with placement.scope():
+        if callbacks.early_stop is not None and early_stop.exhausted(
+                run_state.history, callbacks.early_stop.patience):
+            logger.info("the run stopped early at step %d (%s): nothing to train",
+                        run_state.step, os.path.basename(run_state.run.early_stop))
+            return run_state.restore(model)
         logger.info("starting at step %d of %d", run_state.step, budget.total_steps)
         try:
             return fit_resumable(model, batches.train, run_state=run_state,
@@ -236,14 +250,23 @@ def fit(model: Transformer, batches: RunBatches, run_state: RunState, budget: Bu
 
 
 def finish(model: Transformer, run: RunDir, step: int, budget: Budget, callbacks: Callbacks,
-           settings: TrainSettings, chief: bool) -> None:
+           settings: TrainSettings, chief: bool, history: Sequence[dict] = ()) -> None:
     """Saves RUN/model.keras once the budget is spent or its deadline stopped training, and
     the chief's history plot.
 
     Raises:
         TrainingStopped: training stopped before the budget for another reason (a NaN loss).
     """
-    if callbacks.stop_at_time is not None and callbacks.stop_at_time.stopped:
+    early = callbacks.early_stop
+    if early is not None and (early.stopped or early_stop.exhausted(list(history),
+                                                                    early.patience)):
+        # The best dev BLEU's weights become the run's model.
+        model.load_weights(run.best_weights)
+        record = early_stop.record_stop(run, list(history), early.patience, step)
+        logger.info("stopped early at step %d of %d: %s; model.keras holds epoch %d's weights "
+                    "(dev BLEU %.2f)", step, budget.total_steps, record["reason"],
+                    record["best_epoch"], record["best_dev_bleu"])
+    elif callbacks.stop_at_time is not None and callbacks.stop_at_time.stopped:
         logger.info("stopped at step %d of %d: %g minutes of wall time used", step,
                     budget.total_steps, settings.max_minutes)
     elif step < budget.total_steps:

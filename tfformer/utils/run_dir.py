@@ -92,6 +92,16 @@ class RunDir:
     def initial_weights(self) -> str:
         return self._join("initial.weights.h5")
 
+    @property
+    def best_weights(self) -> str:
+        """The weights of the best dev BLEU so far (with --patience)."""
+        return self._join("best.weights.h5")
+
+    @property
+    def early_stop(self) -> str:
+        """Why and where --patience stopped the run."""
+        return self._join("early_stop.json")
+
     def averaged_model(self, count: int) -> str:
         return self._join(f"model-avg{count}.keras")
 
