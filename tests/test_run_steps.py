@@ -19,6 +19,7 @@ from tfformer.train.callbacks import (
     KeepLastCheckpoints,
     LogBatchShapes,
     LogDataCounters,
+    LogThroughput,
     StopAtTime,
     StopOnNaN,
 )
@@ -94,7 +95,7 @@ def test_callbacks_of_a_default_run(tmp_path):
     callbacks = make_callbacks(tmp_path, TrainSettings(keep_checkpoints=3))
     assert [type(c) for c in callbacks.all] == [
         StopOnNaN, KeepLastCheckpoints, LogDataCounters,
-        LogBatchShapes, DevBleu]
+        LogBatchShapes, LogThroughput, DevBleu]
     assert callbacks.all[1].keep == 3 and callbacks.all[3] is callbacks.batch_shapes
     assert callbacks.stop_at_time is None
 

@@ -327,13 +327,16 @@ class BatchStats:
     as they go by (a batch read ahead by prefetching counts too).
 
     `read()` returns {"shapes": {"ROWSxLENGTH": batches}, "batches", "tokens" (real source and
-    target tokens), "padding" (share of PAD in the batches' source and target positions)}.
+    target tokens), "target_tokens" (real target tokens: what a step's loss counts), "padding"
+    (share of PAD in the batches' source and target positions)}.
     """
 
     def __init__(self):
         self._shapes = tf.lookup.experimental.MutableHashTable(tf.string, tf.int64, 0)
         self._tokens = tf.Variable(0, dtype=tf.int64, trainable=False, name="batch_tokens")
         self._slots = tf.Variable(0, dtype=tf.int64, trainable=False, name="batch_slots")
+        self._target_tokens = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                          name="batch_target_tokens")
 
     @do_not_convert
     def record(self, inputs, target):
@@ -344,7 +347,8 @@ class BatchStats:
             target_in != PAD_ID)
         slots = tf.cast(tf.size(source) + tf.size(target_in), tf.int64)
         updates = [self._shapes.insert(shape, self._shapes.lookup(shape) + 1),
-                   self._tokens.assign_add(real), self._slots.assign_add(slots)]
+                   self._tokens.assign_add(real), self._slots.assign_add(slots),
+                   self._target_tokens.assign_add(tf.math.count_nonzero(target != PAD_ID))]
         with tf.control_dependencies(updates):
             return tuple(tf.identity(x) for x in inputs), tf.identity(target)
 
@@ -354,6 +358,7 @@ class BatchStats:
         tokens, slots = int(self._tokens.numpy()), int(self._slots.numpy())
         return {"shapes": dict(sorted(shapes.items(), key=lambda kv: -kv[1])),
                 "batches": sum(shapes.values()), "tokens": tokens,
+                "target_tokens": int(self._target_tokens.numpy()),
                 "padding": 1 - tokens / slots if slots else 0.0}
 
 

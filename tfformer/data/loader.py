@@ -135,21 +135,23 @@ class BatchStats:
     def __init__(self):
         self._lock = threading.Lock()
         self._shapes: dict[str, int] = {}
-        self._tokens = self._slots = 0
+        self._tokens = self._slots = self._target_tokens = 0
 
-    def record(self, source: np.ndarray, target_in: np.ndarray) -> None:
+    def record(self, source: np.ndarray, target_in: np.ndarray, target_out: np.ndarray) -> None:
         key = f"{target_in.shape[0]}x{target_in.shape[1]}"
         real = int(np.count_nonzero(source != PAD_ID) + np.count_nonzero(target_in != PAD_ID))
         with self._lock:
             self._shapes[key] = self._shapes.get(key, 0) + 1
             self._tokens += real
+            self._target_tokens += int(np.count_nonzero(target_out != PAD_ID))
             self._slots += source.size + target_in.size
 
     def read(self) -> dict:
         with self._lock:
             shapes = dict(sorted(self._shapes.items(), key=lambda kv: -kv[1]))
-            tokens, slots = self._tokens, self._slots
+            tokens, slots, target_tokens = self._tokens, self._slots, self._target_tokens
         return {"shapes": shapes, "batches": sum(shapes.values()), "tokens": tokens,
+                "target_tokens": target_tokens,
                 "padding": 1 - tokens / slots if slots else 0.0}
 
 
@@ -370,7 +372,7 @@ class Loader:
                 pairs, np.arange(len(pairs)), zeros, zeros,
                 (int(plan.rows[index]), int(plan.lengths[index])))
         if self.stats is not None:
-            self.stats.record(inputs[0], inputs[1])
+            self.stats.record(inputs[0], inputs[1], target_out)
         return inputs, target_out
 
     def epoch(self, epoch: int = 0) -> Iterator:

@@ -31,6 +31,7 @@ from tfformer.train.callbacks import (
     KeepLastCheckpoints,
     LogBatchShapes,
     LogDataCounters,
+    LogThroughput,
     RunState,
     StopAtTime,
     StopOnNaN,
@@ -198,6 +199,7 @@ def make_callbacks(settings: TrainSettings, run: RunDir, data: RunData,
         KeepLastCheckpoints(run.checkpoints, keep=settings.keep_checkpoints),
         LogDataCounters(batches.counters, settings.pack_length or max_length),
         batch_shapes,
+        LogThroughput(batches.stats, backend),
     ]
     if settings.dev_sentences and chief:
         callbacks.append(DevBleu(data.tokenizer, data.dev.pairs,

@@ -6,10 +6,11 @@
 * `early_stop.KeepBestDevBleu`: the best dev BLEU's weights, and `--patience`'s stop;
 * `stops.StopAtStep`, `stops.StopAtTime`, `stops.StopOnNaN`: an exact update budget, a deadline,
   a NaN loss (none makes Keras wait for a step before it dispatches the next);
-* `data_logs.LogDataCounters`, `data_logs.LogBatchShapes`: what the data did each epoch.
+* `data_logs.LogDataCounters`, `data_logs.LogBatchShapes`, `data_logs.LogThroughput`: what the
+  data did each epoch, and how fast it trained.
 """
 
-from tfformer.train.callbacks.data_logs import LogBatchShapes, LogDataCounters
+from tfformer.train.callbacks.data_logs import LogBatchShapes, LogDataCounters, LogThroughput
 from tfformer.train.callbacks.dev_bleu import DevBleu
 from tfformer.train.callbacks.early_stop import KeepBestDevBleu
 from tfformer.train.callbacks.keep_last_checkpoints import KeepLastCheckpoints
@@ -17,4 +18,4 @@ from tfformer.train.callbacks.run_state import RunState
 from tfformer.train.callbacks.stops import StopAtStep, StopAtTime, StopOnNaN
 
 __all__ = ["DevBleu", "KeepBestDevBleu", "KeepLastCheckpoints", "LogBatchShapes",
-           "LogDataCounters", "RunState", "StopAtStep", "StopAtTime", "StopOnNaN"]
+           "LogDataCounters", "LogThroughput", "RunState", "StopAtStep", "StopAtTime", "StopOnNaN"]

@@ -1,9 +1,11 @@
 """What the run's data did each epoch, in the log: pairs dropped, lines skipped, batch shapes,
-padding and compilations."""
+padding, compilations and throughput."""
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from typing import TYPE_CHECKING
 
 import keras
@@ -66,3 +68,57 @@ class LogBatchShapes(keras.callbacks.Callback):
                     len(found["shapes"]), shapes, 100 * found["padding"],
                     "compiled: " + ", ".join(f"{name} {n}" for name, n in compiled.items())
                     if compiled is not None else "XLA keeps one program per shape")
+
+
+class LogThroughput(keras.callbacks.Callback):
+    """Logs, after each epoch, its training time (from the epoch's start to its validation's,
+    dev BLEU and checkpoints left out), the time per step and the target tokens per second
+    (the steps times the mean target tokens of the batches built so far), and on JAX the
+    device's peak memory: what `benchmarks/train_gpu_e2e.py` reads from a real run.
+
+    Attributes:
+        epochs: per epoch {"epoch", "steps", "train_seconds", "step_seconds",
+            "target_tokens_per_second", "peak_bytes"}.
+    """
+
+    def __init__(self, stats: "BatchStats", backend: str, clock=time.perf_counter):
+        super().__init__()
+        self.stats, self.backend, self.clock = stats, backend, clock
+        self.epochs: list[dict] = []
+        self._started = self._trained = None
+        self._steps = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._started, self._trained, self._steps = self.clock(), None, 0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._steps += 1
+
+    def on_test_begin(self, logs=None):
+        if self._started is not None and self._trained is None:
+            # Validation starts: the epoch's steps are dispatched, maybe not done (JAX queues
+            # them). Fit has put the state back into the model; reading the step count waits
+            # for the last step (one program: all its outputs are ready together).
+            keras.ops.convert_to_numpy(self._model.optimizer.iterations)
+            self._trained = self.clock()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self._started is None or not self._steps:
+            return
+        seconds = (self._trained or self.clock()) - self._started
+        found = self.stats.read()
+        per_batch = found.get("target_tokens", 0) / max(found["batches"], 1)
+        row = {"epoch": epoch + 1, "steps": self._steps, "train_seconds": round(seconds, 4),
+               "step_seconds": round(seconds / self._steps, 5),
+               "target_tokens_per_second": round(self._steps * per_batch / seconds),
+               "peak_bytes": device_peak_bytes() if self.backend == "jax" else None}
+        self.epochs.append(row)
+        logger.info("epoch %d: throughput %s", epoch + 1, json.dumps(row))
+
+
+def device_peak_bytes() -> int | None:
+    """The first JAX device's peak memory in use (None where it does not tell, e.g. a CPU)."""
+    import jax
+
+    stats = jax.devices()[0].memory_stats() or {}
+    return stats.get("peak_bytes_in_use")
