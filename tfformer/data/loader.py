@@ -311,10 +311,14 @@ class Loader:
             return divmod(batch, self._bucketed_epoch_size)
         epoch = 0
         while True:
-            size = self.epoch_size(epoch)
-            if batch < size:
+            # A known epoch size spares planning; else the epoch is planned only as far as
+            # needed (the whole of it only when the batch lies beyond).
+            if epoch < len(self._epoch_sizes) and batch >= self._epoch_sizes[epoch]:
+                batch -= self._epoch_sizes[epoch]
+            elif epoch < len(self._epoch_sizes) or self.plan(epoch).has_batch(batch):
                 return epoch, batch
-            batch -= size
+            else:
+                batch -= self.plan(epoch).num_batches
             epoch += 1
 
     # -- batches ------------------------------------------------------------------------------
