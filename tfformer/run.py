@@ -74,7 +74,7 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
     steps.check_or_record_config(run, config, settings, placement.chief)
     if placement.chief:
         steps.keep_dev_sources(run, data.dev.pairs)
-    run_state = steps.open_run_state(run, settings)
+    run_state = steps.open_run_state(run, settings, shared, placement)
     batches = steps.assemble_batches(shared, data, settings, config, placement, backend)
     budget = Budget.from_settings(settings, batches.batches_per_pass, started)
     logger.info("%s", budget.describe())
@@ -102,7 +102,11 @@ def place_devices(settings: TrainSettings) -> tuple[str, distribute.Placement]:
     if settings.patience is not None and distribute.tf_config_workers() > 1:
         raise ValueError("patience works in one process only: dev BLEU is the chief's, so "
                          "the other workers would not stop with it")
-    placement = distribute.place(backend, settings.devices)
+    processes = None
+    if settings.num_processes is not None:
+        processes = distribute.Processes(settings.coordinator, settings.num_processes,
+                                         settings.process_id, settings.coordinator_timeout)
+    placement = distribute.place(backend, settings.devices, processes)
 
     import keras
 

@@ -95,7 +95,7 @@ def main(argv=None) -> int:
     except (ValueError, FileNotFoundError, ImportError) as error:
         logger.error("%s", error)
         return 2
-    except TrainingStopped as error:
+    except (TrainingStopped, ConnectionError) as error:  # ConnectionError: another process
         logger.error("%s", error)
         return 1
     except Exception as error:  # noqa: BLE001 (a full disk is named in one line; others raise)

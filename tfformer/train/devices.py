@@ -2,7 +2,10 @@
 
 TensorFlow: a tf.distribute strategy (MirroredStrategy, MultiWorkerMirroredStrategy). JAX:
 `keras.distribution.DataParallel` over the local devices, the batch split along its rows (on
-a CPU, `--devices N` makes N host devices). `place` gives a run what it needs of either.
+a CPU, `--devices N` makes N host devices), or over every device of several processes
+(`Processes`: JAX's own multi-process runtime, as on a TPU pod slice or several GPU hosts; each
+process feeds its own batch, the global batch is theirs together). `place` gives a run what it
+needs of either.
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ import contextlib
 import dataclasses
 import json
 import os
+import socket
 import sys
+import time
 from typing import Any, Callable
 
 from tfformer.utils.checks import check_at_least
@@ -39,9 +44,24 @@ class Placement:
     strategy: Any = None
 
 
-def place(backend: str, devices: int | None) -> Placement:
+@dataclasses.dataclass(frozen=True)
+class Processes:
+    """JAX processes that train together: process `index` of `count`, all reaching process 0's
+    `coordinator` (HOST:PORT) within `timeout` seconds."""
+
+    coordinator: str
+    count: int
+    index: int
+    timeout: float = 300.0
+
+
+def place(backend: str, devices: int | None, processes: Processes | None = None) -> Placement:
     """Sets up the devices of a run on `backend` ("tensorflow" or "jax"); `devices` > 1 splits
-    the CPU into that many devices. Must run before the backend initializes its devices."""
+    the CPU into that many devices; `processes`: JAX in several processes. Must run before the
+    backend initializes its devices."""
+    if processes is not None and processes.count > 1 and backend != "jax":
+        raise ValueError("several processes (coordinator, num_processes) train on the JAX "
+                         "backend; on TensorFlow, several workers come from TF_CONFIG")
     if backend == "tensorflow":
         if devices and devices > 1:
             split_cpu(devices)
@@ -54,6 +74,8 @@ def place(backend: str, devices: int | None) -> Placement:
         raise ValueError("several workers (TF_CONFIG) train on the TensorFlow backend only")
     if devices and devices > 1:
         split_host_devices(devices)
+    if processes is not None and processes.count > 1:
+        return place_processes(processes)
     import jax
     import keras
 
@@ -64,6 +86,51 @@ def place(backend: str, devices: int | None) -> Placement:
     else:
         description = f"1 replica on {local[0].platform}"
     return Placement(contextlib.nullcontext, len(local), True, 1, 0, description)
+
+
+def place_processes(processes: Processes) -> Placement:
+    """JAX's multi-process runtime, then data parallelism over every process' devices: each
+    process reads its own shard (its batch split over its local devices), process 0 is the
+    chief.
+
+    Raises:
+        ConnectionError: the coordinator did not answer within the timeout (JAX itself would
+            abort the process, with no Python error, once its own deadline passed).
+    """
+    import jax
+
+    if processes.index:
+        wait_for_coordinator(processes.coordinator, processes.timeout)
+    # CPU devices of several processes exchange gradients over Gloo (GPUs: NCCL, TPUs: ICI).
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(processes.coordinator, processes.count, processes.index,
+                               initialization_timeout=int(processes.timeout))
+    import keras
+
+    every, local = jax.devices(), jax.local_devices()
+    # Each process gives its own shard's batch (auto_shard_dataset=False: nothing to split).
+    keras.distribution.set_distribution(keras.distribution.DataParallel(
+        devices=every, auto_shard_dataset=False))
+    return Placement(contextlib.nullcontext, len(local), processes.index == 0,
+                     processes.count, processes.index,
+                     f"{len(every)} replica(s) in {processes.count} processes under "
+                     f"keras.distribution.DataParallel (process {processes.index}, "
+                     f"{len(local)} local)")
+
+
+def wait_for_coordinator(address: str, timeout: float) -> None:
+    """Returns once HOST:PORT accepts a connection; a ConnectionError after `timeout` s."""
+    host, _, port = address.rpartition(":")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((host, int(port)), timeout=2):
+                return
+        except OSError as error:
+            if time.monotonic() >= deadline:
+                raise ConnectionError(f"the coordinator {address} (process 0) did not answer "
+                                      f"within {timeout:g} s: {error}") from None
+            time.sleep(0.5)
 
 
 def split_host_devices(num_devices: int) -> None:

@@ -112,6 +112,18 @@ class TrainSettings:
         "metavar": "N",
         "help": "split the CPU into N logical devices before the backend starts (multi-device "
                 "without GPUs)"})
+    coordinator: str | None = field(default=None, metadata={
+        "metavar": "HOST:PORT",
+        "help": "JAX in several processes (hosts): the address of process 0, which every "
+                "process reaches (with num_processes and process_id)"})
+    num_processes: int | None = field(default=None, metadata={
+        "metavar": "N", "help": "JAX: the processes that train together (with coordinator)"})
+    process_id: int | None = field(default=None, metadata={
+        "metavar": "I", "help": "JAX: this process' index, 0 to N-1; 0 writes the run directory"})
+    coordinator_timeout: float = field(default=300.0, metadata={
+        "metavar": "SECONDS",
+        "help": "how long a process waits for the coordinator (and process 0 for the others) "
+                "before it fails"})
     backend: str | None = field(default=None, metadata={
         "choices": BACKENDS,
         "help": "the Keras backend (default: KERAS_BACKEND's, else tensorflow), chosen before "
@@ -149,6 +161,7 @@ class TrainSettings:
             check_at_least(name, getattr(self, name))
         check_at_least("vocab_sample", self.vocab_sample, 2)
         check_at_least("dev_sentences", self.dev_sentences, 0)
+        self._check_processes()
         if self.patience is not None:
             check_at_least("patience", self.patience)
             if not self.dev_sentences:
@@ -171,6 +184,40 @@ class TrainSettings:
             raise ValueError(f"backend must be one of {sorted(BACKENDS)}, got {self.backend!r}")
         if not self.steps and not self.epochs:
             self.steps = DEFAULT_STEPS
+
+    def _check_processes(self) -> None:
+        given = {"coordinator": self.coordinator, "num_processes": self.num_processes,
+                 "process_id": self.process_id}
+        if all(value is None for value in given.values()):
+            return
+        missing = [name for name, value in given.items() if value is None]
+        if missing:
+            raise ValueError(f"several processes need coordinator, num_processes and "
+                             f"process_id: {', '.join(missing)} missing")
+        check_at_least("num_processes", self.num_processes)
+        if not 0 <= self.process_id < self.num_processes:
+            raise ValueError(f"process_id must be in [0, {self.num_processes}), got "
+                             f"{self.process_id}")
+        host, _, port = self.coordinator.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"coordinator must be HOST:PORT, got {self.coordinator!r}")
+        if self.num_processes > 1:
+            # Every process must compile and run the same program each step, and stop at the
+            # same step, so: one batch shape, and no per-process decision to stop.
+            if not self.pack_length:
+                raise ValueError("several processes need pack_length (one batch shape: each "
+                                 "process' batches must have the shape of the others')")
+            if self.epochs is not None:
+                raise ValueError("several processes count in steps, not epochs (each process' "
+                                 "shard has its own number of batches per pass)")
+            for name in ("max_minutes", "patience"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name} works in one process only: each process would "
+                                     "stop at another step")
+            if self.dev_sentences:
+                raise ValueError("several processes: dev BLEU decodes in one process, which "
+                                 "the others would wait for; set dev_sentences 0 (validation "
+                                 "loss still runs; score checkpoints with tfformer-evaluate)")
 
 
 def load_config(spec: str | TransformerConfig, **overrides) -> TransformerConfig:

@@ -59,8 +59,12 @@ def run_dirs(out: str | os.PathLike, placement: Placement) -> tuple[RunDir, RunD
     """(shared, own): the run directory, and where this process writes its own files: the run
     directory itself for the chief, `worker-N/` under it for another worker; own is created."""
     shared = RunDir(out)
-    own = (shared if placement.chief
-           else shared.worker(placement.strategy.cluster_resolver.task_id))
+    if placement.chief:
+        own = shared
+    elif placement.strategy is not None:  # TensorFlow's workers: by their task id
+        own = shared.worker(placement.strategy.cluster_resolver.task_id)
+    else:  # JAX's processes
+        own = shared.worker(placement.worker_index)
     os.makedirs(own.path, exist_ok=True)
     return shared, own
 
@@ -113,8 +117,12 @@ def keep_dev_sources(run: RunDir, dev_pairs: list[tuple[str, str]]) -> None:
             source.replace("\n", " ") + "\n" for source, _ in dev_pairs[:DEV_SOURCES_KEPT]))
 
 
-def open_run_state(run: RunDir, settings: TrainSettings) -> RunState:
-    """The run's backups and history, as the last backup left them."""
+def open_run_state(run: RunDir, settings: TrainSettings, shared: RunDir | None = None,
+                   placement: Placement | None = None) -> RunState:
+    """The run's backups and history, as the last backup left them. A JAX process other than
+    process 0 resumes from process 0's backup in the shared run directory and writes none."""
+    if placement is not None and placement.strategy is None and not placement.chief:
+        return RunState(shared.path, settings.backup_every, writes=False)
     return RunState(run.path, settings.backup_every,
                     keep_initial_weights=settings.keep_initial_weights)
 

@@ -117,8 +117,9 @@ class LogThroughput(keras.callbacks.Callback):
 
 
 def device_peak_bytes() -> int | None:
-    """The first JAX device's peak memory in use (None where it does not tell, e.g. a CPU)."""
+    """This process' first JAX device's peak memory in use (None where it does not tell: a
+    CPU)."""
     import jax
 
-    stats = jax.devices()[0].memory_stats() or {}
+    stats = jax.local_devices()[0].memory_stats() or {}
     return stats.get("peak_bytes_in_use")

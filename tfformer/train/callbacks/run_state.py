@@ -8,6 +8,7 @@ import json
 import logging
 import math
 import os
+import tempfile
 from typing import Any
 
 import keras
@@ -41,9 +42,12 @@ class RunState(keras.callbacks.Callback):
         backup_every: optimizer updates between mid-epoch backups.
         keep_initial_weights: also write the weights before the first update to
             `run_dir/initial.weights.h5` (once per run).
+        writes: False for a JAX process other than process 0: it resumes from process 0's
+            backup in `run_dir` (all processes then start at one step) and writes nothing.
     """
 
-    def __init__(self, run_dir: str, backup_every: int, keep_initial_weights: bool = False):
+    def __init__(self, run_dir: str, backup_every: int, keep_initial_weights: bool = False,
+                 writes: bool = True):
         super().__init__()
         check_at_least("backup_every", backup_every)
         self.run = RunDir(run_dir)
@@ -51,7 +55,8 @@ class RunState(keras.callbacks.Callback):
         self.logs_dir = self.run.logs
         self.backup_every = backup_every
         self.keep_initial_weights = keep_initial_weights
-        for directory in (run_dir, self.backup_dir):
+        self.writes = writes
+        for directory in (run_dir, self.backup_dir) if writes else ():
             for name in remove_temporaries(directory):
                 logger.info("removed %s, left by a write that was killed", name)
         self.state = self._read_state()
@@ -79,6 +84,8 @@ class RunState(keras.callbacks.Callback):
 
     def _read_state(self) -> dict:
         path = os.path.join(self.backup_dir, STATE_FILENAME)
+        if not os.path.exists(path) and not self.writes:
+            return {"step": 0, "weights": None, "history": []}
         if not os.path.exists(path):
             # A weights file whose state.json a kill prevented is uncommitted: not a backup.
             for orphan in list_backups(self.backup_dir):
@@ -115,6 +122,15 @@ class RunState(keras.callbacks.Callback):
         return step
 
     def _commit(self, step: int, history: list[dict]) -> None:
+        if not self.writes:
+            # Process 0 saves the step's weights here. Under JAX, syncing the state into the
+            # model and gathering the weights are collectives that every process must take at
+            # the same point: this one saves them too, where nothing keeps them.
+            with tempfile.TemporaryDirectory() as scratch:
+                self.model.save_weights(os.path.join(scratch, backup_name(step)))
+            self.state = {**self.state, "step": step, "history": history}
+            self._last_backup_step = step
+            return
         name = backup_name(step)
         atomic_write(os.path.join(self.backup_dir, name), self.model.save_weights)
         state = {"step": step, "weights": name, "history": history}
@@ -131,6 +147,8 @@ class RunState(keras.callbacks.Callback):
     def publish(self) -> None:
         """Rewrites metrics.csv from the committed history and adds to TensorBoard the rows it
         lacks (a kill can fall between the commit and these writes)."""
+        if not self.writes:
+            return
         atomic_write_text(self.run.metrics, history_csv(self.history))
         if not self.tensorboard:
             return
@@ -174,7 +192,8 @@ class RunState(keras.callbacks.Callback):
         self._fit_start = step
         self._accumulation = self.model.optimizer.gradient_accumulation_steps or 1
         self._batches_done = 0
-        if self.keep_initial_weights and step == 0 and self.state["weights"] is None:
+        if self.writes and self.keep_initial_weights and step == 0 \
+                and self.state["weights"] is None:
             atomic_write(self.run.initial_weights, self.model.save_weights)
 
     def on_train_batch_begin(self, batch, logs=None):
