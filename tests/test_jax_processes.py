@@ -4,7 +4,6 @@ a prepared store together, resume together after kill -9, and a process that can
 coordinator fails in time, naming it."""
 
 import importlib.util
-import json
 import os
 import signal
 import socket
@@ -16,7 +15,7 @@ import keras
 import numpy as np
 import pytest
 
-from tests.test_store_training import store  # noqa: F401 - the module's store fixture
+from tests.test_store_training import backup_step, store  # noqa: F401 - store: a fixture
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -78,14 +77,6 @@ def test_two_processes_reach_one_process_weights_on_the_same_batches(tmp_path):
             np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
     assert any(np.abs(a - b).max() > 1e-3 for a, b in zip(  # it trained
         reference, [np.random.default_rng(0).normal(0, 0.1, w.shape) for w in reference]))
-
-
-def backup_step(out) -> int:
-    try:
-        with open(out / "backup" / "state.json") as f:
-            return json.load(f)["step"]
-    except (OSError, ValueError):
-        return 0
 
 
 def train_commands(store, out, address, total=8):  # noqa: F811 - the fixture's name

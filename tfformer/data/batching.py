@@ -34,8 +34,13 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.autograph.experimental import do_not_convert
 
-from tfformer.data.buckets import DEFAULT_BUCKET_GROWTH, bucket_batch_sizes, bucket_lengths
-from tfformer.data.packing import pack_pairs, rows_per_batch
+from tfformer.data.buckets import (
+    DEFAULT_BUCKET_GROWTH,
+    bucket_batch_sizes,
+    bucket_lengths,
+    rows_per_batch,
+)
+from tfformer.data.packing import pack_pairs
 from tfformer.data.records import Pair, ParallelText
 from tfformer.special_tokens import PAD_ID
 from tfformer.utils.checks import check_at_least

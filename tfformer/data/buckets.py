@@ -1,4 +1,5 @@
-"""The grid of batch shapes: bucket lengths and rows per bucket (no TensorFlow here).
+"""The grid of batch shapes: bucket lengths and rows per bucket, and the rows of packed batches
+(no TensorFlow here).
 
 Batches come in a small, known set of shapes so that XLA compiles each step once per shape:
 `tfformer.data.batching` pads every batch to its bucket's length and gives it the bucket's rows.
@@ -47,3 +48,14 @@ def bucket_batch_sizes(lengths: Sequence[int], batch_tokens: int,
     """Rows of each bucket's batches: the most of its padded length within the token budget,
     in whole multiples (one share per replica)."""
     return [batch_tokens // n // multiple * multiple for n in lengths]
+
+
+def rows_per_batch(length: int, batch_tokens: int, multiple: int = 1) -> int:
+    """Rows of length `length` within the token budget, in whole multiples (one share per
+    replica)."""
+    check_at_least("batch_multiple", multiple)
+    rows = batch_tokens // length // multiple * multiple
+    if rows < 1:
+        raise ValueError(f"batch_tokens ({batch_tokens}) must be >= pack_length ({length}) * "
+                         f"batch_multiple ({multiple}) so that a batch holds one row per replica")
+    return rows

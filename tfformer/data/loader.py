@@ -29,7 +29,12 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from tfformer.data.buckets import DEFAULT_BUCKET_GROWTH, bucket_batch_sizes, bucket_lengths
+from tfformer.data.buckets import (
+    DEFAULT_BUCKET_GROWTH,
+    bucket_batch_sizes,
+    bucket_lengths,
+    rows_per_batch,
+)
 from tfformer.data.store import Split
 from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 from tfformer.utils.checks import check_at_least
@@ -37,17 +42,6 @@ from tfformer.utils.checks import check_at_least
 DEFAULT_WINDOW = 1024  # pairs packed together (as tfformer.data.packing.DEFAULT_WINDOW)
 PREFETCH = 4  # batches built ahead by the background thread
 BLOCK_WINDOWS = 64  # packing windows planned together: the first batch waits for one block
-
-
-def rows_per_batch(length: int, batch_tokens: int, multiple: int = 1) -> int:
-    """Packed rows of `length` within the token budget, in whole multiples (as
-    `tfformer.data.packing.rows_per_batch`)."""
-    check_at_least("batch_multiple", multiple)
-    rows = batch_tokens // length // multiple * multiple
-    if rows < 1:
-        raise ValueError(f"batch_tokens ({batch_tokens}) must be >= pack_length ({length}) * "
-                         f"batch_multiple ({multiple}) so that a batch holds one row per replica")
-    return rows
 
 
 @dataclasses.dataclass(frozen=True)

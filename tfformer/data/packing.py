@@ -27,17 +27,6 @@ from tfformer.utils.checks import check_at_least
 DEFAULT_WINDOW = 1024  # pairs packed together: a window of 1024 fills rows within 1% of 4096
 
 
-def rows_per_batch(length: int, batch_tokens: int, multiple: int = 1) -> int:
-    """Rows of length `length` within the token budget, in whole multiples (one share per
-    replica)."""
-    check_at_least("batch_multiple", multiple)
-    rows = batch_tokens // length // multiple * multiple
-    if rows < 1:
-        raise ValueError(f"batch_tokens ({batch_tokens}) must be >= pack_length ({length}) * "
-                         f"batch_multiple ({multiple}) so that a batch holds one row per replica")
-    return rows
-
-
 def pack_pairs(examples: tf.data.Dataset, *, length: int, rows: int,
                window: int = DEFAULT_WINDOW) -> tf.data.Dataset:
     """Packs tokenized pairs into batches of one shape.

@@ -60,11 +60,7 @@ def load_eager_translator(run_dir: str | os.PathLike, **decoding) -> EagerTransl
     from tfformer.model.transformer import Transformer  # registered for load_model
 
     run = RunDir(run_dir)
-    for path in (run.model, run.tokenizer):
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"{path} not found: a run dir needs "
-                                    f"{os.path.basename(run.model)} and "
-                                    f"{os.path.basename(run.tokenizer)}")
+    run.require_model()
     model = keras.models.load_model(run.model, compile=False)
     if not isinstance(model, Transformer):
         raise ValueError(f"{run.model} is a {type(model).__name__}, not a tfformer Transformer")

@@ -219,11 +219,7 @@ def load_translator(run_dir: str | os.PathLike, *, precision: str = "fp32",
     """
     check_inference_precision(precision)
     run = RunDir(run_dir)
-    for path in (run.model, run.tokenizer):
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"{path} not found: a run dir needs "
-                                    f"{os.path.basename(run.model)} and "
-                                    f"{os.path.basename(run.tokenizer)}")
+    run.require_model()
     tokenizer = Tokenizer.from_file(run.tokenizer)
     model = keras.models.load_model(run.model, compile=False)
     return Translator(in_precision(model, precision), tokenizer, **translator_kwargs)

@@ -102,6 +102,15 @@ class RunDir:
         """Why and where --patience stopped the run."""
         return self._join("early_stop.json")
 
+    def require_model(self) -> None:
+        """Raises FileNotFoundError naming whichever of model.keras and tokenizer.model (what a
+        translator loads) is missing."""
+        for path in (self.model, self.tokenizer):
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"{path} not found: a run dir needs "
+                                        f"{os.path.basename(self.model)} and "
+                                        f"{os.path.basename(self.tokenizer)}")
+
     def averaged_model(self, count: int) -> str:
         return self._join(f"model-avg{count}.keras")
 
