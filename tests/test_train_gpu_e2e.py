@@ -21,7 +21,7 @@ def test_the_gpu_run_script_trains_a_store_on_jax_and_reports_it(tmp_path):
     store = prepare_store("builtin:600", tmp_path / "store", vocab_size=200).path
     out = tmp_path / "e2e.json"
     result = subprocess.run(
-        [sys.executable, SCRIPT, "--store", store, "--preset", "tiny", "--minutes", "0.75",
+        [sys.executable, SCRIPT, "--store", store, "--preset", "tiny", "--minutes", "0.5",
          "--pack-length", "32", "--batch-tokens", "512", "--precision", "auto",
          "--steps-per-epoch", "4", "--dev-sentences", "3", "--beam-size", "2",
          "--synthetic-args", "--steps 2 --warmup 1 --pipelined-steps 3 --matmul-size 128",
