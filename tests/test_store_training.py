@@ -17,6 +17,7 @@ import pytest
 from tfformer.data.builtin import builtin_pairs
 from tfformer.data.pieces import SentencePieces, train_model
 from tfformer.data.store import Store, write_store
+from tfformer.model.transformer import Transformer  # noqa: F401 - registered for load_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BACKEND = os.environ.get("KERAS_BACKEND", "tensorflow")

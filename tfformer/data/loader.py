@@ -186,7 +186,6 @@ class Loader:
         check_at_least("window", window)
         if not 0 <= shard_index < num_shards:
             raise ValueError(f"shard_index ({shard_index}) must be in [0, {num_shards})")
-        self.split = split
         self.seed, self.shuffle, self.window = seed, shuffle, window
         self.pack_length, self.batch_multiple = pack_length, batch_multiple
         self.stats = stats
@@ -321,8 +320,7 @@ class Loader:
         """The ids of `pairs`' `side`, one after the other, and each one's piece count."""
         starts = self._offsets[side][pairs]
         counts = self._offsets[side][pairs + 1] - starts
-        within = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
-        return np.asarray(self._ids[side][np.repeat(starts, counts) + within],
+        return np.asarray(self._ids[side][np.repeat(starts, counts) + _ragged_range(counts)],
                           np.int32), counts
 
     def _place(self, shape, rows, columns, values) -> np.ndarray:
@@ -339,8 +337,7 @@ class Loader:
 
         def spots(counts, at):  # each id's (row, column), one more for BOS / EOS
             n = counts + 1
-            within = np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)
-            return np.repeat(row, n), np.repeat(at, n) + within, n
+            return np.repeat(row, n), np.repeat(at, n) + _ragged_range(n), n
 
         source_rows, source_columns, source_n = spots(source_counts, source_at)
         target_rows, target_columns, target_n = spots(target_counts, target_at)
@@ -452,6 +449,11 @@ def first_fit(source_lengths: np.ndarray, target_lengths: np.ndarray, length: in
     row += first_row[:, None]
     return (row.reshape(-1)[:count], slot.reshape(-1)[:count], at.reshape(-1, 2)[:count],
             int(open_rows.sum()))
+
+
+def _ragged_range(counts: np.ndarray) -> np.ndarray:
+    """0..c-1 for each count c, one after the other: each id's place within its sentence."""
+    return np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
 
 
 def _with_special(values: np.ndarray, counts: np.ndarray, special: int,

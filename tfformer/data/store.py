@@ -86,11 +86,7 @@ class SplitWriter:
             self._files[side].close()
             os.replace(self._path(side, "ids") + ".tmp", self._path(side, "ids"))
             offsets = np.concatenate(self._offsets[side])
-            with open(self._path(side, "offsets") + ".tmp", "wb") as f:
-                f.write(offsets.tobytes())
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(self._path(side, "offsets") + ".tmp", self._path(side, "offsets"))
+            atomic_write(self._path(side, "offsets"), offsets.tofile)
             counts["pairs"] = len(offsets) - 1
             counts[f"{side}_tokens"] = int(offsets[-1])
         return counts
@@ -136,8 +132,7 @@ class Store:
     def dev_pairs(self) -> list[tuple[str, str]]:
         """The dev pairs as text, in the order of the dev split's ids."""
         with open(os.path.join(self.path, DEV_TEXT), encoding="utf-8") as f:
-            pairs = [tuple(line.rstrip("\n").split("\t", 1)) for line in f]
-        return [(source, target) for source, target in pairs]
+            return [tuple(line.rstrip("\n").split("\t", 1)) for line in f]
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> "Store":

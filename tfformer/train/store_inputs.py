@@ -147,9 +147,11 @@ def assemble(run: RunDir, data: StoreData, *, batch_tokens: int, max_length: int
             write_data_stats(run, {**stats_now, "epoch_sizes": {
                 **stats_now.get("epoch_sizes", {}), key: sizes}})
 
+    # Only packed epochs differ in size (a bucketed loader counts its epochs without a plan).
     loader = Loader(data.store.train, **shapes, seed=seed, num_shards=num_workers,
                     shard_index=worker_index, fixed_rows=True, known_epoch_sizes=known,
-                    stats=stats, on_new_epoch=keep_sizes, on_epoch_begun=counters.add_dropped)
+                    stats=stats, on_new_epoch=keep_sizes if pack_length else None,
+                    on_epoch_begun=counters.add_dropped)
     if num_workers > 1:
         logger.info("train: worker %d reads every %d-th pair of the store from pair %d",
                     worker_index, num_workers, worker_index)
