@@ -78,36 +78,43 @@ def packed_report(pairs, tokenizer, pack_length: int, batch_tokens: int) -> dict
 
 
 def grid_report(pairs, tokenizer, growth: float, batch_tokens: int, max_length: int) -> dict:
-    """About one pass of the (endless) training stream on this grid: shapes and padding."""
-    import numpy as np
+    """About one pass of the (endless) training stream on this grid: shapes and padding.
+
+    Counted here from the batches taken, not with `BatchStats`: that also counts the batches
+    prefetching reads ahead, which the tight count below never sees.
+    """
+    import collections
+
     import tensorflow as tf
 
-    from tfformer.data.batching import BatchStats, make_stream
+    from tfformer.data.batching import make_stream
     from tfformer.data.buckets import bucket_lengths
     from tfformer.special_tokens import PAD_ID
 
-    stats = BatchStats()
     strings = tf.data.Dataset.from_tensor_slices(([s for s, _ in pairs], [t for _, t in pairs]))
     one_pass = int(make_stream(strings, tokenizer, batch_tokens=batch_tokens,
                                max_length=max_length, bucket_growth=growth).reduce(
                                    tf.constant(0, tf.int64), lambda n, _: n + 1))
     # Training streams repeat: no bucket ends a pass with a batch filled up with PAD rows.
     batches = make_stream(strings.repeat(), tokenizer, batch_tokens=batch_tokens,
-                          max_length=max_length, bucket_growth=growth, stats=stats,
-                          seed=1).take(one_pass)
-    tight_slots = 0  # padding each side of each batch only to its longest row
+                          max_length=max_length, bucket_growth=growth, seed=1).take(one_pass)
+    shapes = collections.Counter()
+    tokens = slots = 0  # real tokens; positions of the batches as made (to the bucket's length)
+    tight_slots = 0  # positions if each side of each batch were padded only to its longest row
     for (source, target_in), _ in batches.as_numpy_iterator():
+        shapes[f"{target_in.shape[0]}x{target_in.shape[1]}"] += 1
         real = source[:, 0] != PAD_ID
         for side in (source, target_in):
-            longest = int((side[real] != PAD_ID).sum(axis=1).max())
-            tight_slots += int(real.sum()) * longest
-    found = stats.read()
+            lengths = (side != PAD_ID).sum(axis=1)
+            tokens += int(lengths.sum())
+            slots += side.size
+            tight_slots += int(real.sum()) * int(lengths[real].max())
     return {"bucket_growth": growth, "buckets": len(bucket_lengths(max_length, growth=growth)),
-            "batches": found["batches"], "distinct_shapes": len(found["shapes"]),
-            "padding": round(found["padding"], 4),
-            "padding_if_padded_to_each_batch_longest": round(1 - found["tokens"] / tight_slots, 4),
-            "shapes": found["shapes"], "mean_rows": round(float(np.mean(
-                [int(k.split("x")[0]) for k in found["shapes"]])), 1)}
+            "batches": sum(shapes.values()), "distinct_shapes": len(shapes),
+            "padding": round(1 - tokens / slots, 4),
+            "padding_if_padded_to_each_batch_longest": round(1 - tokens / tight_slots, 4),
+            "shapes": dict(shapes.most_common()), "mean_rows": round(sum(
+                int(k.split("x")[0]) * n for k, n in shapes.items()) / sum(shapes.values()), 1)}
 
 
 def child(args) -> int:
