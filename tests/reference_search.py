@@ -1,6 +1,6 @@
 """Beam search in plain Python and NumPy with the rules stated in tfformer/decode/search.py, on
 full forward passes of the model (no cache, no search code): the reference of the graph search
-(tests/test_search.py) and of the keras.ops search (tests/test_eager_search.py), on any
+(tests/test_search.py) and of the keras.ops search (tests/test_keras_search.py), on any
 backend."""
 
 import keras
@@ -22,8 +22,13 @@ def next_log_probs(model, source_row, prefixes):
             forward = tf.function(forward, reduce_retracing=True)
         FORWARDS[id(model)] = forward
     sources = np.repeat(source_row[None], len(prefixes), axis=0)
+    # PAD-padded to a multiple of 32 positions, so that JAX compiles a few shapes, not one per
+    # length: causality hides what follows the prefix from its last position.
+    length = len(prefixes[0])
+    padded = np.full([len(prefixes), -(-length // 32) * 32], PAD_ID, "int32")
+    padded[:, :length] = prefixes
     logits = keras.ops.convert_to_numpy(
-        FORWARDS[id(model)](sources, np.array(prefixes, "int32")))[:, -1]
+        FORWARDS[id(model)](sources, padded))[:, length - 1]
     shifted = logits - logits.max(axis=-1, keepdims=True)
     return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 

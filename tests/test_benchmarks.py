@@ -72,3 +72,22 @@ def test_batch_shapes_benchmark_reports_bounded_shapes_and_compilations():
     assert packed["distinct_shapes"] == 1 and list(packed["shapes"]) == ["16x64"]
     assert packed["padding"] < coarse["padding"]
     assert jax_packed["distinct_shapes"] == jax_packed["train_step_compilations"] == 1
+
+
+def test_keras_search_benchmark_finds_the_graph_search_tokens_under_jax():
+    """Both backends in one run on the same weights: JAX's compiled beam search gives the
+    TensorFlow graph's tokens (the SavedModel's search). Near-ties of the random model may let
+    the backends' last float bits reorder a few lower-ranked hypotheses; a wrong rule would
+    change most of them."""
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "keras_search.py"), "--preset", "tiny",
+         "--vocab-size", "300", "--sentences", "6", "--length", "9", "--extra", "12",
+         "--repeats", "1"], capture_output=True, text=True, timeout=600,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    graph, compiled = report["contenders"]["tensorflow_graph"], report["contenders"]["jax_compiled"]
+    assert compiled["best_equal_to_tensorflow"] >= 5 / 6
+    assert compiled["hypotheses_equal_to_tensorflow"] >= 0.75
+    assert compiled["output_positions"] == graph["output_positions"] <= 9 + 12
+    assert compiled["median_s"] > 0 and graph["median_s"] > 0

@@ -83,7 +83,7 @@ def test_jax_run_resumes_after_kill_9_and_exports_with_tensorflow(tmp_path):
         rows = list(csv.DictReader(f))
     assert [int(r["epoch"]) for r in rows] == [1, 2]
     assert [int(r["step"]) for r in rows] == [3, 6]
-    for row in rows:  # dev BLEU too: the step-by-step search of tfformer.decode.eager_search
+    for row in rows:  # dev BLEU too: the step-by-step search of tfformer.decode.keras_search
         assert all(value != "" for value in row.values()), row
     model = keras.models.load_model(out / "model.keras")  # on this process' TensorFlow
     assert int(model.optimizer.iterations) == total
@@ -91,7 +91,7 @@ def test_jax_run_resumes_after_kill_9_and_exports_with_tensorflow(tmp_path):
     # The weights are backend-neutral: the TensorFlow export (op-set and fresh-process checks
     # included) translates as the JAX model does, token for token (greedy on both sides). The
     # JAX side: the resumed run's dev BLEU (one evaluation, on the final weights) logs its
-    # greedy translations of the first dev sentences (tfformer.decode.eager_search).
+    # greedy translations of the first dev sentences (tfformer.decode.keras_search).
     samples = re.findall(r"  src: (.*)\n  hyp: (.*)\n  ref: ", result.stderr)
     assert len(samples) >= 2, result.stderr[-3000:]
     from tfformer import run

@@ -139,9 +139,9 @@ def test_evaluate_scores_a_run_on_the_stores_dev_set_with_beam_search(store, who
     assert len(hypotheses) == len(references) and any(hypotheses)
     assert report["bleu"] == round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2)
     # The search the report names: the model's beam search over the same sources.
-    from tfformer.decode.eager_translator import load_eager_translator
+    from tfformer.decode.keras_translator import load_keras_translator
 
-    translator = load_eager_translator(whole_run, beam_size=2)
+    translator = load_keras_translator(whole_run, beam_size=2)
     sources = [s for s, _ in store.dev_pairs()]
     assert [text for text, _ in translator.translate_texts(sources[:3])] == hypotheses[:3]
 

@@ -6,7 +6,7 @@ it was exported). Sentences are translated in batches of similar length, and the
 put back in input order.
 
 A run directory is searched in TensorFlow's graph where TensorFlow runs the model, else step by
-step in `keras.ops` (`tfformer.decode.eager_translator`, the same tokens): with JAX alone, a run
+step in `keras.ops` (`tfformer.decode.keras_translator`, the same tokens): with JAX alone, a run
 is evaluated on source and reference files or on a prepared store's dev set (a TSV file and a
 SavedModel need TensorFlow).
 """
@@ -127,7 +127,7 @@ def load_translate_batch(path: str, *, checkpoint: str | None = None,
     if on_tensorflow():
         from tfformer.decode.translator import load_translator
     else:
-        from tfformer.decode.eager_translator import load_eager_translator as load_translator
+        from tfformer.decode.keras_translator import load_keras_translator as load_translator
     translator = load_translator(path, **{k: v for k, v in search.items() if v is not None})
     weights = "model.keras"
     if checkpoint:

@@ -114,7 +114,7 @@ def main(argv=None) -> int:
 
 def print_samples(result) -> None:
     """A few dev translations (beam search) and the last history row as JSON."""
-    from tfformer.decode.eager_translator import translator_for
+    from tfformer.decode.keras_translator import translator_for
 
     samples = result.dev_pairs[:5]
     sources = [source for source, _ in samples]

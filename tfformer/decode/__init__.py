@@ -1,6 +1,7 @@
-"""From a trained model to text: the searches of §6.1 (`search`: greedy and beam in one
-TensorFlow graph, the form the export saves; `eager_search`: greedy in `keras.ops`, on any
-backend), the `translator` (tokenizer + model + search, text in and out), translation a batch
-at a time (`batch_translate`) and the attention weights behind a translation
-(`attention_maps`). Import the module you use.
+"""From a trained model to text: the searches of §6.1 (`rules`: every decision of a search step,
+written once; `search`: greedy, sampling and beam search in one TensorFlow graph, the form the
+export saves; `keras_search`: the same searches in `keras.ops` on any backend, compiled under
+JAX), the `translator` (tokenizer + model + search, text in and out; `keras_translator` on any
+backend), translation a batch at a time (`batch_translate`) and the attention weights behind a
+translation (`attention_maps`). Import the module you use.
 """

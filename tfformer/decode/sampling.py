@@ -4,7 +4,7 @@ Each sentence carries its own seed. The uniform numbers of sentence b at step t 
 (Steele et al. 2014) of a counter: key(seed_b) + (t * vocab + id + 1) * golden gamma, in unsigned
 64-bit integers. Integer arithmetic is the same in every TensorFlow (the SavedModel, TF 2.20
 included) and in NumPy, so the same request gives the same sample in a fresh process, on TF
-Serving, and in the NumPy form that the keras.ops search (`tfformer.decode.eager_search`) uses
+Serving, and in the NumPy form that the keras.ops search (`tfformer.decode.keras_search`) uses
 on other backends; no seed is shared across sentences, so a sentence samples the same alone or
 batched with others.
 

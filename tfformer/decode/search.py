@@ -1,4 +1,5 @@
-"""Greedy and beam search (§6.1) in TensorFlow graph ops, one `tf.while_loop`, no Python per step.
+"""Greedy, sampling and beam search (§6.1) in TensorFlow graph ops, one `tf.while_loop`, no Python
+per step: the searches the SavedModel saves (stock TF Serving runs them, without XLA).
 
 The encoder runs once. With `use_cache=True` (the default) the cross-attention keys/values are
 projected once and each step feeds only the newest token through the decoder, whose
@@ -6,30 +7,11 @@ self-attention cache grows by one position per step and is reordered by beam. Wi
 `use_cache=False` every step recomputes the decoder over the whole prefix (for tests and
 benchmarks; same tokens, much slower).
 
-Rules shared by both searches (and by the NumPy reference in tests/test_search.py):
-- a hypothesis starts with BOS; |Y| counts the generated tokens, EOS included; PAD and BOS are
-  never generated;
-- the maximum output length of sentence b is (its source tokens) + max_output_extra: at that
-  step every token but EOS is forbidden, so each hypothesis ends with EOS;
-- beam search (as fairseq): the 2k best continuations are ranked by log-probability; the k
-  best of them that do not end in EOS stay alive; those among the top k that end in EOS are
-  finished with score log P(Y) / lp(Y), lp(Y) = ((5 + |Y|) / 6) ** alpha, and the k best
-  finished hypotheses are kept;
-- a sentence is done when it has k finished hypotheses and no alive one can beat the worst of
-  them (log-probabilities only fall, so an alive score is at most logP / lp(max length)), or at
-  its maximum length; the loop exits once every sentence is done.
-
-Options of every search:
-- no_repeat_ngram = n > 0 forbids a token that would repeat an n-gram of the hypothesis'
-  generated tokens (a forced prefix's included), as CTranslate2's `no_repeat_ngram_size` does:
-  the forbidden ids are removed before the softmax, so the allowed ones are renormalized;
-- a forced target prefix (ids [batch, P], PAD-padded): at step t < P_b sentence b takes its
-  prefix's t-th id at log-probability 0, so its score is that of the continuation (|Y| counts
-  the continuation); its maximum length grows by P_b. As CTranslate2's `target_prefix` does,
-  beam search then finishes no hypothesis but the best at the first free step (an EOS ranked
-  below it becomes a dead beam), which keeps a short ending from crowding out the beam.
-Sampling (`sample_search`) follows greedy search's loop with `tfformer.decode.sampling` choosing
-the token; its score is the model's log P(Y), not the tempered one.
+Every decision of a step (forbidden ids, length limits, no_repeat_ngram, a forced prefix, beam
+search's ranks, end rule and length penalty) is `tfformer.decode.rules`', shared with the
+compiled searches of `tfformer.decode.keras_search`. Sampling (`sample_search`) follows greedy
+search's loop with `tfformer.decode.sampling` choosing the token; its score is the model's
+log P(Y), not the tempered one.
 """
 
 from __future__ import annotations
@@ -40,9 +22,20 @@ import tensorflow as tf
 from tensorflow.autograph.experimental import do_not_convert
 
 from tfformer.decode import sampling
+from tfformer.decode.rules import (
+    NEG_INF,
+    BeamRules,
+    GrowingSequences,
+    Prefix,
+    TokenRules,
+    length_penalty,
+    max_output_lengths,
+    repeated_ngram_tokens,
+)
 from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
-_NEG_INF = -1e9  # finite, so that -inf - -inf never makes a NaN score
+__all__ = ["SearchResult", "beam_search", "greedy_search", "length_penalty",
+           "repeated_ngram_tokens", "sample_search"]
 
 
 class SearchResult(NamedTuple):
@@ -54,92 +47,6 @@ class SearchResult(NamedTuple):
 
     tokens: tf.Tensor
     scores: tf.Tensor
-
-
-def length_penalty(length: tf.Tensor, alpha: float) -> tf.Tensor:
-    """lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al. 2016, used in §6.1)."""
-    return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
-
-
-def _max_output_lengths(model, source_ids: tf.Tensor, max_output_extra: int,
-                        prefix_lengths: tf.Tensor | None = None) -> tf.Tensor:
-    """[batch] maximum |Y| per sentence: its source length + extra (+ its forced prefix), within
-    the model's positions."""
-    source_lengths = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, PAD_ID), tf.int32), axis=1)
-    lengths = source_lengths + max_output_extra
-    if prefix_lengths is not None:
-        lengths += prefix_lengths
-    if model.transformer_config.positional == "learned":
-        # The decoder input is BOS + |Y| - 1 tokens: it must fit the learned positions.
-        lengths = tf.minimum(lengths, model.transformer_config.max_length)
-    return tf.maximum(lengths, 1)
-
-
-def repeated_ngram_tokens(generated: tf.Tensor, n: int, vocab_size: int) -> tf.Tensor:
-    """bool [rows, vocab]: the ids that would complete an n-gram already in `generated` int
-    [rows, L] (the hypothesis without BOS): every token that followed an occurrence of the last
-    n - 1 tokens (for n = 1, every token so far)."""
-    rows, length = tf.shape(generated)[0], tf.shape(generated)[1]
-    # -1 before the first token: a window that reaches before it matches nothing.
-    padded = tf.pad(generated, [[0, 0], [n - 1, 0]], constant_values=-1)
-    match = tf.ones([rows, length], tf.bool)
-    for j in range(n - 1):  # window i (i < L) holds padded[i : i + n - 1], followed by generated[i]
-        match &= tf.equal(padded[:, j:j + length], padded[:, length + j:length + j + 1])
-    where = tf.where(match)
-    indices = tf.stack([where[:, 0], tf.cast(tf.gather_nd(generated, where), tf.int64)], axis=1)
-    hits = tf.scatter_nd(indices, tf.ones(tf.shape(where)[:1], tf.int32),
-                         tf.cast(tf.stack([rows, vocab_size]), tf.int64))
-    return hits > 0
-
-
-class _TokenRules:
-    """PAD and BOS are never generated; at a hypothesis' length limit, only EOS is; with
-    no_repeat_ngram, no repeated n-gram; a forced prefix token is taken.
-
-    The vocabulary masks are made once, outside the decoding loop.
-    """
-
-    def __init__(self, vocab_size: int, no_repeat_ngram: int = 0):
-        if isinstance(no_repeat_ngram, bool) or not isinstance(no_repeat_ngram, int) \
-                or no_repeat_ngram < 0:
-            raise ValueError(f"no_repeat_ngram must be an integer >= 0, got {no_repeat_ngram!r}")
-        ids = tf.range(vocab_size)
-        self.ids = ids
-        self.vocab_size = vocab_size
-        self.no_repeat_ngram = no_repeat_ngram
-        self.never = tf.logical_or(tf.equal(ids, PAD_ID), tf.equal(ids, BOS_ID))
-        self.not_eos = tf.not_equal(ids, EOS_ID)
-
-    def __call__(self, log_probs: tf.Tensor, at_limit: tf.Tensor,
-                 generated: tf.Tensor | None = None, forced: tf.Tensor | None = None) -> tf.Tensor:
-        """log_probs [rows, vocab]; at_limit bool [rows]; generated int [rows, L], the tokens so
-        far (no_repeat_ngram); forced int [rows], the id to take, -1 for none."""
-        neg_inf = tf.cast(_NEG_INF, log_probs.dtype)
-        if self.no_repeat_ngram:
-            banned = repeated_ngram_tokens(generated, self.no_repeat_ngram, self.vocab_size)
-            log_probs = tf.nn.log_softmax(tf.where(banned, neg_inf, log_probs))
-        forbidden = tf.logical_or(
-            self.never, tf.logical_and(at_limit[..., tf.newaxis], self.not_eos))
-        log_probs = tf.where(forbidden, neg_inf, log_probs)
-        if forced is not None:
-            taken = tf.where(tf.equal(self.ids[None, :], forced[:, None]),
-                             tf.zeros([], log_probs.dtype), neg_inf)
-            log_probs = tf.where((forced >= 0)[:, None], taken, log_probs)
-        return log_probs
-
-
-class _Prefix:
-    """A forced target prefix: ids int [batch, P] (PAD-padded, no BOS or EOS)."""
-
-    def __init__(self, prefix_ids: tf.Tensor):
-        prefix_ids = tf.cast(prefix_ids, tf.int32)
-        self.lengths = tf.reduce_sum(tf.cast(tf.not_equal(prefix_ids, PAD_ID), tf.int32), axis=1)
-        self._ids = tf.pad(prefix_ids, [[0, 0], [0, 1]])  # column P: a step past every prefix
-
-    def forced(self, t: tf.Tensor) -> tf.Tensor:
-        """int [batch]: the id sentence b must take at step t, -1 once its prefix is done."""
-        column = tf.minimum(t, tf.shape(self._ids)[1] - 1)
-        return tf.where(t < self.lengths, self._ids[:, column], -1)
 
 
 class _Decoder:
@@ -182,11 +89,11 @@ def _one_token_per_step(model, source_ids, max_output_extra, use_cache, no_repea
     """Greedy search's loop, with `choose(log_probs, t)` picking each step's token."""
     source_ids = tf.cast(source_ids, tf.int32)
     batch = tf.shape(source_ids)[0]
-    prefix = None if prefix_ids is None else _Prefix(prefix_ids)
-    max_lengths = _max_output_lengths(model, source_ids, max_output_extra,
-                                      None if prefix is None else prefix.lengths)
+    prefix = None if prefix_ids is None else Prefix(prefix_ids)
+    max_lengths = max_output_lengths(model.transformer_config, source_ids, max_output_extra,
+                                     None if prefix is None else prefix.lengths)
     decoder = _Decoder(model, source_ids, 1, use_cache)
-    rules = _TokenRules(model.transformer_config.vocab_size, no_repeat_ngram)
+    rules = TokenRules(model.transformer_config.vocab_size, no_repeat_ngram)
 
     def body(t, sequences, scores, finished, state):
         log_probs, state = decoder(sequences, state)
@@ -289,16 +196,14 @@ def beam_search(model, source_ids: tf.Tensor, beam_size: int = 4, alpha: float =
         raise ValueError(f"beam_size {k} needs a vocabulary of at least {2 * k} ids")
     source_ids = tf.cast(source_ids, tf.int32)
     batch = tf.shape(source_ids)[0]
-    prefix = None if prefix_ids is None else _Prefix(prefix_ids)
-    prefix_lengths = tf.zeros([batch], tf.int32) if prefix is None else prefix.lengths
-    max_lengths = _max_output_lengths(model, source_ids, max_output_extra, prefix_lengths)
-    # |Y| of the length penalty counts what the search generated, not a forced prefix.
-    best_possible_lp = length_penalty(max_lengths - prefix_lengths, alpha)  # [batch]
+    prefix = None if prefix_ids is None else Prefix(prefix_ids)
+    max_lengths = max_output_lengths(model.transformer_config, source_ids, max_output_extra,
+                                     None if prefix is None else prefix.lengths)
+    beam = BeamRules(k, alpha, max_lengths, None if prefix is None else prefix.lengths,
+                     GrowingSequences)
     decoder = _Decoder(model, source_ids, k, use_cache)
-    rules = _TokenRules(model.transformer_config.vocab_size, no_repeat_ngram)
+    rules = TokenRules(model.transformer_config.vocab_size, no_repeat_ngram)
     batch_offsets = (tf.range(batch) * k)[:, tf.newaxis]
-    neg_inf = tf.constant(_NEG_INF)
-    positions = tf.range(2 * k)[tf.newaxis]
     per_row = lambda x: tf.repeat(x, k, axis=0)  # noqa: E731  [batch] -> [batch * k]
     row_max_lengths = per_row(max_lengths)
 
@@ -308,57 +213,14 @@ def beam_search(model, source_ids: tf.Tensor, beam_size: int = 4, alpha: float =
         log_probs = rules(log_probs, t + 1 >= row_max_lengths,
                           rows[:, 1:] if no_repeat_ngram else None,
                           None if prefix is None else per_row(prefix.forced(t)))
-        vocab = tf.shape(log_probs)[-1]
-        log_probs = tf.reshape(log_probs, [batch, k, vocab])
-        candidates = tf.reshape(alive_log_probs[:, :, None] + log_probs, [batch, k * vocab])
-        top_log_probs, top_indices = tf.math.top_k(candidates, k=2 * k)  # [batch, 2k]
-        top_beams, top_tokens = top_indices // vocab, top_indices % vocab
-        ends = tf.equal(top_tokens, EOS_ID)
-        if prefix is not None:
-            # The first step after a prefix finishes only its best candidate (CTranslate2's
-            # rule): an EOS ranked below it becomes a dead beam, in its place.
-            first_free = tf.logical_and(tf.equal(t, prefix_lengths), prefix_lengths > 0)
-            dropped = ends & first_free[:, None] & (positions > 0)
-            top_log_probs = tf.where(dropped, neg_inf, top_log_probs)
-            top_tokens = tf.where(dropped, PAD_ID, top_tokens)
-            ends = ends & tf.logical_not(dropped)
-        top_sequences = tf.concat([tf.gather(alive, top_beams, batch_dims=1),
-                                   top_tokens[:, :, None]], axis=2)
-
-        # The first k candidates without EOS stay alive, in rank order (after a prefix, a
-        # dead beam keeps its rank, as in CTranslate2).
-        if prefix is None:
-            alive_log_probs, keep = tf.math.top_k(tf.where(ends, neg_inf, top_log_probs), k=k)
-        else:
-            _, keep = tf.math.top_k(tf.where(ends, -1, 2 * k - positions), k=k)
-            alive_log_probs = tf.gather(top_log_probs, keep, batch_dims=1)
-        alive = tf.gather(top_sequences, keep, batch_dims=1)
-        state = decoder.reorder(state, tf.reshape(
-            tf.gather(top_beams, keep, batch_dims=1) + batch_offsets, [-1]))
-
-        # EOS among the top k finishes a hypothesis, unless its sentence is already done.
-        eligible = ends & (positions < k) & (top_log_probs > neg_inf / 2)
-        eligible = tf.logical_and(eligible, tf.logical_not(done)[:, None])
-        generated = t + 1 if prefix is None else (t + 1 - prefix_lengths)[:, None]
-        new_scores = tf.where(eligible, top_log_probs / length_penalty(generated, alpha),
-                              neg_inf)
-        padded_finished = tf.pad(finished, [[0, 0], [0, 0], [0, 1]], constant_values=PAD_ID)
-        finished_scores, best = tf.math.top_k(
-            tf.concat([finished_scores, new_scores], axis=1), k=k)
-        finished = tf.gather(tf.concat([padded_finished, top_sequences], axis=1), best,
-                             batch_dims=1)
-
-        # Done: k finished and no alive hypothesis can still beat the worst of them.
-        full = finished_scores[:, -1] > neg_inf / 2
-        hopeless = alive_log_probs[:, 0] / best_possible_lp <= finished_scores[:, -1]
-        done = done | (t + 1 >= max_lengths) | (full & hopeless)
+        log_probs = tf.reshape(log_probs, [batch, k, tf.shape(log_probs)[-1]])
+        alive, alive_log_probs, finished, finished_scores, done, beams = beam.step(
+            t, alive, alive_log_probs, finished, finished_scores, done, log_probs)
+        state = decoder.reorder(state, tf.reshape(beams + batch_offsets, [-1]))
         return t + 1, alive, alive_log_probs, finished, finished_scores, done, state
 
-    # Only beam 0 is live at the start, so the first step does not pick k copies of one token.
-    initial_log_probs = tf.tile(tf.concat([[0.0], tf.fill([k - 1], _NEG_INF)], 0)[None],
-                                [batch, 1])
-    loop_vars = (tf.constant(0), tf.fill([batch, k, 1], BOS_ID), initial_log_probs,
-                 tf.fill([batch, k, 1], BOS_ID), tf.fill([batch, k], _NEG_INF),
+    loop_vars = (tf.constant(0), tf.fill([batch, k, 1], BOS_ID), beam.initial_log_probs(batch),
+                 tf.fill([batch, k, 1], BOS_ID), tf.fill([batch, k], NEG_INF),
                  tf.zeros([batch], tf.bool), decoder.initial_state)
     sequence_shape = tf.TensorShape([None, k, None])
     _, _, _, finished, finished_scores, _, _ = tf.while_loop(

@@ -33,7 +33,7 @@ MOVED_MODULES = {
     "tfformer.ctranslate2_export": "tfformer.export.ctranslate2",
     "tfformer.data.run_data": "tfformer.train.inputs",
     "tfformer.distribute": "tfformer.train.devices",
-    "tfformer.eager_search": "tfformer.decode.eager_search",
+    "tfformer.eager_search": "tfformer.decode.keras_search",
     "tfformer.files": "tfformer.utils.files",
     "tfformer.layers": "tfformer.model.layers",
     "tfformer.layers.attention": "tfformer.model.layers.attention",

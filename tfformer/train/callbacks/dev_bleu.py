@@ -12,7 +12,7 @@ import keras
 import sacrebleu
 
 from tfformer.decode.batch_translate import translate_in_batches
-from tfformer.decode.eager_translator import translator_for
+from tfformer.decode.keras_translator import translator_for
 
 logger = logging.getLogger(__name__)
 

@@ -1,13 +1,15 @@
-"""The step-by-step greedy search of tfformer.decode.eager_search (dev BLEU off TensorFlow) and the
-fixed-capacity decoder cache it uses, on every backend: against greedy decoding by full
-recomputation (no cache, no search code), and on TensorFlow against the in-graph search."""
+"""The keras.ops searches of tfformer.decode.keras_search (dev BLEU and evaluation off TensorFlow)
+and the fixed-capacity decoder cache they use, on every backend: against decoding by full
+recomputation (no cache, no search code: tests/reference_search.py), and on TensorFlow against
+the in-graph search, token for token. Under JAX a search is one compiled program per shape that
+takes the model's current weights."""
 
 import keras
 import numpy as np
 import pytest
 from keras import ops
 
-from tfformer.decode.eager_search import beam_search, greedy_search, sample_search
+from tfformer.decode.keras_search import beam_search, greedy_search, sample_search
 from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 EXTRA = 6
@@ -153,3 +155,92 @@ def test_beam_of_one_without_length_penalty_is_greedy_search(search_model, searc
     beam_tokens, beam_scores = beam_search(search_model, search_sources, 1, 0.0, EXTRA)
     np.testing.assert_array_equal(beam_tokens[:, 0, :tokens.shape[1]], tokens)
     np.testing.assert_allclose(beam_scores[:, 0], scores, atol=1e-5)
+
+
+PREFIXES = [[5, 6, 7], [], [9], [12, 12, 4, 20]]
+
+
+def prefix_array(prefixes):
+    prefix_ids = np.zeros([len(prefixes), max(map(len, prefixes))], "int32")
+    for row, prefix in enumerate(prefixes):
+        prefix_ids[row, :len(prefix)] = prefix
+    return prefix_ids
+
+
+def search_with_options(model, sources, k, extra, **options):
+    """Greedy for k = 1 (as [batch, 1, T]), else beam search with alpha 0.6, all k best."""
+    if k == 1:
+        tokens, scores = greedy_search(model, sources, extra, **options)
+        return tokens[:, None], scores[:, None]
+    return beam_search(model, sources, k, 0.6, extra, n_best=k, **options)
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_no_repeat_ngram_and_a_prefix_equal_the_numpy_reference(search_model, search_sources, k):
+    from tests.reference_search import reference_beam_search, strip
+
+    extra = 10  # long hypotheses of a 26-token vocabulary: repeats without the rule
+    tokens, scores = search_with_options(search_model, search_sources, k, extra,
+                                         no_repeat_ngram=2, prefix_ids=prefix_array(PREFIXES))
+    for row, prefix in enumerate(PREFIXES):
+        expected = reference_beam_search(search_model, search_sources[row], k,
+                                         0.0 if k == 1 else 0.6, extra, no_repeat_ngram=2,
+                                         prefix=prefix)
+        assert len(expected) == k
+        for rank, (sequence, score) in enumerate(expected):
+            got = strip(tokens[row, rank])
+            assert got[:len(prefix)] == prefix and got == sequence, (row, rank)
+            assert scores[row, rank] == pytest.approx(score, abs=1e-4)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow",
+                    reason="the in-graph search is TensorFlow's")
+@pytest.mark.parametrize("k, n", [(1, 1), (1, 3), (4, 2), (2, 3)])
+def test_options_are_token_identical_to_the_in_graph_search(search_model, search_sources, k, n):
+    from tfformer.decode import search
+
+    prefix_ids = prefix_array(PREFIXES)
+    tokens, scores = search_with_options(search_model, search_sources, k, 12,
+                                         no_repeat_ngram=n, prefix_ids=prefix_ids)
+    graph = (search.greedy_search(search_model, search_sources, 12, no_repeat_ngram=n,
+                                  prefix_ids=prefix_ids) if k == 1 else
+             search.beam_search(search_model, search_sources, k, 0.6, 12, n_best=k,
+                                no_repeat_ngram=n, prefix_ids=prefix_ids))
+    np.testing.assert_array_equal(tokens, graph.tokens.numpy())
+    np.testing.assert_allclose(scores, graph.scores.numpy(), atol=1e-5)
+
+
+def test_a_search_takes_the_current_weights_and_compiles_once_per_shape(search_sources):
+    """Dev BLEU searches a model between updates: a compiled search must not keep the weights
+    it was first traced with. Under JAX one program serves every call of a shape."""
+    from tfformer import Transformer, TransformerConfig
+    from tfformer.decode import keras_search
+
+    keras.utils.set_random_seed(11)
+    model = Transformer(TransformerConfig(vocab_size=30, d_model=16, num_heads=2, d_ff=32,
+                                          num_encoder_layers=1, num_decoder_layers=1,
+                                          dropout=0.0))
+    model.build()
+    before, _ = greedy_search(model, search_sources, EXTRA)
+    rng = np.random.default_rng(0)
+    model.set_weights([w + rng.normal(0, 0.5, w.shape).astype(w.dtype)
+                       for w in model.get_weights()])
+    after, scores = greedy_search(model, search_sources, EXTRA)
+    assert not np.array_equal(before, after)
+    for row, source in enumerate(search_sources):
+        expected, score = reference_greedy(model, source, EXTRA)
+        assert [int(t) for t in after[row] if t != PAD_ID] == expected, row
+        np.testing.assert_allclose(scores[row], score, atol=1e-4)
+    if keras.backend.backend() == "jax":
+        (compiled,) = keras_search._COMPILED[model].values()
+        assert compiled._cache_size() == 1  # two calls, one shape: compiled once
+        # Three sentences of 12 positions are padded to four of 16: the same program, and
+        # each sentence's search unchanged.
+        three, three_scores = greedy_search(model, np.pad(search_sources[:3], [(0, 0), (0, 4)]),
+                                            EXTRA)
+        assert compiled._cache_size() == 1
+        for row in range(3):
+            assert list(three[row][three[row] != PAD_ID]) == list(after[row][after[row] != PAD_ID])
+        np.testing.assert_allclose(three_scores, scores[:3], atol=1e-5)
+        greedy_search(model, search_sources[:2], EXTRA)
+        assert compiled._cache_size() == 2

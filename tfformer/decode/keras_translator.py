@@ -1,6 +1,6 @@
-"""Translating text with the `keras.ops` searches (`tfformer.decode.eager_search`) on any Keras
-backend, and `translator_for`, which picks the in-graph `Translator` where TensorFlow runs the
-model and this one elsewhere."""
+"""Translating text with the `keras.ops` searches (`tfformer.decode.keras_search`, compiled under
+JAX) on any Keras backend, and `translator_for`, which picks the in-graph `Translator` where
+TensorFlow runs the model and this one elsewhere."""
 
 from __future__ import annotations
 
@@ -8,47 +8,45 @@ import os
 from typing import Sequence
 
 from tfformer.config import DecodingConfig
-from tfformer.decode import eager_search
+from tfformer.decode import keras_search
 from tfformer.utils.backends import on_tensorflow
 from tfformer.utils.run_dir import RunDir
 
 
-class EagerTranslator:
-    """A model and its SentencePiece vocabulary, searched step by step in `keras.ops`.
+class KerasTranslator:
+    """A model and its SentencePiece vocabulary, searched in `keras.ops`.
 
     Args:
         model: a `Transformer` on any backend.
         tokenizer: a `tfformer.data.pieces.SentencePieces` or a `Tokenizer`.
-        beam_size, length_penalty, max_output_extra: the search (default: the paper's,
-            `DecodingConfig`); no_repeat_ngram is the in-graph search's only (the export).
+        beam_size, length_penalty, max_output_extra, no_repeat_ngram: the search (default:
+            the paper's, `DecodingConfig`).
     """
 
     def __init__(self, model, tokenizer, **decoding):
         self.model, self.tokenizer = model, tokenizer
         self.decoding = DecodingConfig(**{k: v for k, v in decoding.items() if v is not None})
-        if self.decoding.no_repeat_ngram:
-            raise ValueError("no_repeat_ngram is searched in TensorFlow's graph only (the "
-                             "export, tfformer-translate); leave it out here")
 
     def translate_texts(self, sentences: Sequence[str]) -> list[tuple[str, float]]:
         """(translation, score) of each sentence, in order."""
-        return eager_search.translate_texts(
+        return keras_search.translate_texts(
             self.model, self.tokenizer, sentences, self.decoding.max_output_extra,
-            self.decoding.beam_size, self.decoding.length_penalty)
+            self.decoding.beam_size, self.decoding.length_penalty,
+            self.decoding.no_repeat_ngram)
 
 
 def translator_for(model, tokenizer, **decoding):
     """The in-graph `Translator` where TensorFlow runs the model (the export's search), else an
-    `EagerTranslator`: either has `translate_texts` and `decoding`."""
+    `KerasTranslator`: either has `translate_texts` and `decoding`."""
     if on_tensorflow():
         from tfformer.decode.translator import Translator
 
         return Translator(model, tokenizer, **decoding)
-    return EagerTranslator(model, tokenizer, **decoding)
+    return KerasTranslator(model, tokenizer, **decoding)
 
 
-def load_eager_translator(run_dir: str | os.PathLike, **decoding) -> EagerTranslator:
-    """An EagerTranslator of a run directory's model.keras and tokenizer.model, without
+def load_keras_translator(run_dir: str | os.PathLike, **decoding) -> KerasTranslator:
+    """A KerasTranslator of a run directory's model.keras and tokenizer.model, without
     TensorFlow.
 
     Raises:
@@ -64,4 +62,4 @@ def load_eager_translator(run_dir: str | os.PathLike, **decoding) -> EagerTransl
     model = keras.models.load_model(run.model, compile=False)
     if not isinstance(model, Transformer):
         raise ValueError(f"{run.model} is a {type(model).__name__}, not a tfformer Transformer")
-    return EagerTranslator(model, SentencePieces.from_file(run.tokenizer), **decoding)
+    return KerasTranslator(model, SentencePieces.from_file(run.tokenizer), **decoding)
