@@ -104,7 +104,9 @@ def test_every_setting_flag_takes_type_default_choices_and_metavar_from_its_fiel
             continue
         kind = next(arg for arg in typing.get_args(kind) or (kind,) if arg is not type(None))
         assert (action.type or str) is kind, field.name  # no type: argparse's str
-        assert action.nargs is None and action.const is None, field.name
+        # A field's "const" is the value of its flag given alone (`--jit`).
+        expected = ("?", field.metadata["const"]) if "const" in field.metadata else (None, None)
+        assert (action.nargs, action.const) == expected, field.name
 
 
 def test_settings_arguments_makes_flags_from_any_settings_dataclass():
@@ -121,13 +123,17 @@ def test_settings_arguments_makes_flags_from_any_settings_dataclass():
         mode: str = dataclasses.field(default="a", metadata={"help": "which",
                                                              "choices": ("a", "b")})
         fast: bool = dataclasses.field(default=False, metadata={"help": "go fast"})
+        level: str = dataclasses.field(default="off", metadata={
+            "help": "how", "choices": ("off", "on", "auto"), "const": "on"})
 
     parser = argparse.ArgumentParser()
     settings_arguments(parser, Toy)
     assert vars(parser.parse_args([])) == {"max_steps": None, "rate": 0.5, "mode": "a",
-                                           "fast": False}
-    given = parser.parse_args(["--max-steps", "7", "--rate", "2", "--mode", "b", "--fast"])
-    assert vars(given) == {"max_steps": 7, "rate": 2.0, "mode": "b", "fast": True}
+                                           "fast": False, "level": "off"}
+    given = parser.parse_args(["--max-steps", "7", "--rate", "2", "--mode", "b", "--fast",
+                               "--level"])
+    assert vars(given) == {"max_steps": 7, "rate": 2.0, "mode": "b", "fast": True, "level": "on"}
+    assert parser.parse_args(["--level", "auto"]).level == "auto"
     assert type(given.rate) is float
     with pytest.raises(SystemExit):
         parser.parse_args(["--mode", "c"])

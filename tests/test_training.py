@@ -6,6 +6,7 @@ import gzip
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -451,3 +452,23 @@ def test_tfds_without_the_package_is_a_clear_error(tmp_path):
         env=env(PYTHONPATH=f"{ROOT}{os.pathsep}{tmp_path}"))
     assert result.returncode == 2
     assert "pip install tensorflow-datasets" in result.stderr
+
+
+def test_jit_auto_trains_compiled_packed_steps_where_they_pay(tmp_path, caplog, monkeypatch):
+    """On a CPU without AVX-512 (the flags faked), `--jit auto` trains XLA-compiled steps on
+    packed rows of min(128, max_length) tokens: one batch shape; the run records it."""
+    from tfformer.train import jit
+
+    monkeypatch.setattr(jit, "cpu_flags", lambda: {"avx2", "fma"})
+    monkeypatch.setattr(jit, "has_accelerator", lambda: False)
+    out = tmp_path / "run"
+    caplog.set_level(logging.INFO)
+    assert train_main(train_args(out, "--steps", "3", "--jit", "auto")) == 0, caplog.text[-3000:]
+    assert "jit auto: compiled steps on packed rows of 64 tokens: a CPU without AVX-512" \
+        in caplog.text
+    recorded = json.load(open(out / "train_args.json"))
+    assert (recorded["jit"], recorded["pack_length"]) == ("on", 64)
+    model = keras.models.load_model(out / "model.keras")
+    assert model.jit_compile is True and int(model.optimizer.iterations) == 3
+    one_shape = r"epoch 1: 1 batch shape\(s\) so far, rows x length \(batches\): \d+x64 \(\d+\);"
+    assert re.search(one_shape, caplog.text), caplog.text[-3000:]

@@ -69,6 +69,7 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
     shared, run = steps.run_dirs(out, placement)
     warmup = warmup_steps(settings, config)
     config = load_config(config, **(overrides or {}))
+    settings = steps.choose_jit(run, settings, config, placement, backend)
     data = steps.prepare_data(shared, settings, config, placement.chief)
     config = config.replace(vocab_size=data.tokenizer.vocab_size)
     steps.check_or_record_config(run, config, settings, placement.chief)

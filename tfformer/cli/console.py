@@ -30,7 +30,8 @@ def settings_arguments(parser: argparse.ArgumentParser, settings_class: type) ->
     `field_name`), its default the field's, its help, metavar and choices the field's metadata.
 
     The type is the field's annotation, `X | None` giving X; a `str` field converts nothing
-    (argparse's own), a `bool` field that defaults to False is a switch (store_true). A recipe's
+    (argparse's own), a `bool` field that defaults to False is a switch (store_true); metadata
+    "const" is the value of the flag given without one. A recipe's
     values replace the defaults with `parser.set_defaults`, as for any flag.
     """
     hints = typing.get_type_hints(settings_class)
@@ -44,6 +45,8 @@ def settings_arguments(parser: argparse.ArgumentParser, settings_class: type) ->
         flag = "--" + field.name.replace("_", "-")
         meta = {key: field.metadata[key] for key in ("help", "metavar", "choices")
                 if key in field.metadata}
+        if "const" in field.metadata:  # the value of the flag given alone (`--jit`)
+            meta.update(nargs="?", const=field.metadata["const"])
         if kind is bool:
             if field.default is not False:
                 raise TypeError(f"{settings_class.__name__}.{field.name}: a switch defaults to "

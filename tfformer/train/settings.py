@@ -18,6 +18,8 @@ from typing import Callable
 
 from tfformer.config import PRESETS, TransformerConfig, get_preset
 from tfformer.model.precision import CHOICES as PRECISIONS
+from tfformer.train.jit import AUTO_PACK_LENGTH
+from tfformer.train.jit import CHOICES as JIT_CHOICES
 from tfformer.utils.backends import BACKENDS
 from tfformer.utils.checks import check_at_least, check_fraction
 
@@ -74,7 +76,7 @@ class TrainSettings:
         "help": "ratio between consecutive lengths of the batches' bucket grid "
                 "(`tfformer.data.buckets`): smaller pads less, larger has fewer batch shapes, "
                 "each one more program for XLA to compile (default 1.1, or 1.25 where steps are "
-                "compiled: jit, or JAX)"})
+                "compiled: jit on, or JAX)"})
     pack_length: int = field(default=0, metadata={
         "metavar": "N",
         "help": "0 batches pairs by length on the bucket grid; N packs several pairs into rows "
@@ -102,8 +104,12 @@ class TrainSettings:
         "help": "half-precision matmuls on float32 weights (fp16 with loss scaling); auto: bf16 "
                 "where it pays (a GPU or TPU, a CPU with AVX512_BF16 or AMX), else float32 "
                 "(default: float32; `tfformer.model.precision`)"})
-    jit: bool = field(default=False, metadata={
-        "help": "compile train steps with XLA"})
+    jit: str = field(default="off", metadata={
+        "choices": JIT_CHOICES, "const": "on",
+        "help": "compile TensorFlow's train steps with XLA (JAX compiles every step): on "
+                "(--jit alone), off, or auto: compiled steps on packed rows (pack_length "
+                f"{AUTO_PACK_LENGTH} unless given) where they pay, a GPU or TPU or a CPU without "
+                "AVX-512, else plain (`tfformer.train.jit`)"})
     grad_accum: int = field(default=1, metadata={
         "metavar": "N",
         "help": "accumulate gradients over N batches per optimizer update (steps counts "
@@ -155,6 +161,10 @@ class TrainSettings:
         "help": "Keras' progress output: 0 silent, 1 bar, 2 one line per epoch"})
 
     def __post_init__(self) -> None:
+        if isinstance(self.jit, bool):  # before "auto" it was a switch (old train_args.json)
+            self.jit = "on" if self.jit else "off"
+        if self.jit not in JIT_CHOICES:
+            raise ValueError(f"jit must be one of {', '.join(JIT_CHOICES)}, got {self.jit!r}")
         for name in ("steps", "epochs", "steps_per_epoch", "batch_tokens", "vocab_size",
                      "grad_accum", "devices", "keep_checkpoints", "backup_every",
                      "warmup_steps", "shuffle_buffer", "dev_beam_size"):

@@ -24,7 +24,7 @@ from tfformer.model import precision
 from tfformer.model.compile_transformer import compile_transformer
 from tfformer.model.schedule import paper_optimizer
 from tfformer.model.transformer import Transformer
-from tfformer.train import plots, store_inputs
+from tfformer.train import jit, plots, store_inputs
 from tfformer.train.callbacks import (
     DevBleu,
     KeepBestDevBleu,
@@ -117,6 +117,24 @@ def keep_dev_sources(run: RunDir, dev_pairs: list[tuple[str, str]]) -> None:
             source.replace("\n", " ") + "\n" for source, _ in dev_pairs[:DEV_SOURCES_KEPT]))
 
 
+def choose_jit(run: RunDir, settings: TrainSettings, config: TransformerConfig,
+               placement: Placement, backend: str) -> TrainSettings:
+    """The settings with `--jit auto` decided for this machine (`tfformer.train.jit`); a resumed
+    run keeps the decision its start recorded (train_args.json), so that its batches stay the
+    same on another machine."""
+    if settings.jit == "auto" and os.path.exists(run.train_args):
+        with open(run.train_args, encoding="utf-8") as f:
+            recorded = json.load(f)
+        if recorded.get("jit") in ("on", "off"):
+            logger.info("jit auto: %s, as this run started", recorded["jit"])
+            return dataclasses.replace(settings, jit=recorded["jit"],
+                                       pack_length=recorded.get("pack_length", 0))
+    settings, why = jit.resolve(settings, backend, config.max_length, placement.replicas)
+    if why:
+        logger.info("jit auto: %s", why)
+    return settings
+
+
 def open_run_state(run: RunDir, settings: TrainSettings, shared: RunDir | None = None,
                    placement: Placement | None = None) -> RunState:
     """The run's backups and history, as the last backup left them. A JAX process other than
@@ -136,7 +154,7 @@ def assemble_batches(shared: RunDir, data: RunData, settings: TrainSettings,
     if settings.pack_length > config.max_length:
         raise ValueError(f"pack_length ({settings.pack_length}) must be <= the config's "
                          f"max_length ({config.max_length})")
-    compiled = settings.jit or backend != "tensorflow"  # JAX compiles every step
+    compiled = settings.jit == "on" or backend != "tensorflow"  # JAX compiles every step
     if isinstance(data, store_inputs.StoreData):
         return store_inputs.assemble(
             shared, data, batch_tokens=settings.batch_tokens, max_length=config.max_length,
@@ -161,7 +179,7 @@ def build_model(config: TransformerConfig, settings: TrainSettings, placement: P
                 backend: str, warmup_steps: int) -> Transformer:
     """The Transformer, built and compiled under the placement's scope and the run's precision:
     the paper's optimizer (§5.3) and label-smoothed loss (§5.4)."""
-    if settings.jit and backend == "tensorflow" and placement.replicas > 1:
+    if settings.jit == "on" and backend == "tensorflow" and placement.replicas > 1:
         # Keras 3.15 puts `strategy.run` itself inside the jit-compiled function: one XLA
         # cluster over every replica's variables, which TensorFlow refuses at the first step
         # ("Trying to access resource ... located in device ...:1 from device ...:0",
@@ -176,8 +194,9 @@ def build_model(config: TransformerConfig, settings: TrainSettings, placement: P
         optimizer = paper_optimizer(config.d_model, warmup_steps, scale=settings.lr_scale,
                                     gradient_accumulation_steps=settings.grad_accum)
         # JAX always compiles its steps (jit_compile=False would run every op eagerly).
+        jit_compile = settings.jit == "on" if backend == "tensorflow" else "auto"
         compile_transformer(model, optimizer=optimizer, label_smoothing=settings.label_smoothing,
-                            jit_compile=settings.jit if backend == "tensorflow" else "auto")
+                            jit_compile=jit_compile)
     logger.info("model: %s parameters, Keras on %s, %s; %s", f"{model.count_params():,}",
                 backend, placement.description, precision.describe(mixed_precision))
     return model
