@@ -81,23 +81,39 @@ def _start(shape, capacity: int):
                             ops.full([*shape, capacity], PAD_ID, "int32")], axis=-1)
 
 
-def _greedy_loop(model, source_ids, prefix_ids, max_output_extra: int, no_repeat_ngram: int):
+def _prepare(model, source_ids, prefix_ids, max_output_extra: int, no_repeat_ngram: int):
+    """What both loops start from: the capacity, the prefix (or None), each sentence's maximum
+    length, the token rules, and the encoder's memory and source mask."""
     config = model.transformer_config
-    batch = source_ids.shape[0]
-    capacity = _capacity(model, source_ids, max_output_extra, prefix_ids)
     prefix = None if prefix_ids is None else rules.Prefix(prefix_ids)
     max_lengths = rules.max_output_lengths(config, source_ids, max_output_extra,
                                            None if prefix is None else prefix.lengths)
-    token_rules = rules.TokenRules(config.vocab_size, no_repeat_ngram)
     memory, source_mask = model.encode(source_ids, training=False)
+    return (_capacity(model, source_ids, max_output_extra, prefix_ids), prefix, max_lengths,
+            rules.TokenRules(config.vocab_size, no_repeat_ngram), memory, source_mask)
+
+
+def _next_log_probs(model, rows, t, source_mask, cache, token_rules, at_limit, forced):
+    """The next token's log-probabilities [rows, vocab] after the hypotheses `rows` (int
+    [rows, capacity + 1], t + 1 written), under the token rules, and the cache written at t."""
+    logits, cache = model.decode(ops.expand_dims(ops.take(rows, t, axis=1), 1), None,
+                                 source_mask, cache=cache, cache_index=t, training=False)
+    log_probs = token_rules(ops.log_softmax(logits[:, -1, :], axis=-1), at_limit,
+                            rows[:, 1:] if token_rules.no_repeat_ngram else None, forced,
+                            length=t)
+    return log_probs, cache
+
+
+def _greedy_loop(model, source_ids, prefix_ids, max_output_extra: int, no_repeat_ngram: int):
+    batch = source_ids.shape[0]
+    capacity, prefix, max_lengths, token_rules, memory, source_mask = _prepare(
+        model, source_ids, prefix_ids, max_output_extra, no_repeat_ngram)
     cache = model.init_cache(memory, capacity=capacity)
 
     def body(t, tokens, scores, finished, cache):
-        logits, cache = model.decode(ops.expand_dims(ops.take(tokens, t, axis=1), 1), None,
-                                     source_mask, cache=cache, cache_index=t, training=False)
-        log_probs = token_rules(ops.log_softmax(logits[:, -1, :], axis=-1), t + 1 >= max_lengths,
-                                tokens[:, 1:] if no_repeat_ngram else None,
-                                None if prefix is None else prefix.forced(t), length=t)
+        log_probs, cache = _next_log_probs(
+            model, tokens, t, source_mask, cache, token_rules, t + 1 >= max_lengths,
+            None if prefix is None else prefix.forced(t))
         chosen = ops.cast(ops.argmax(log_probs, axis=-1), "int32")
         chosen_log_probs = ops.take_along_axis(log_probs, ops.expand_dims(chosen, 1), axis=1)
         scores = scores + ops.where(finished, 0.0, chosen_log_probs[:, 0])
@@ -115,33 +131,25 @@ def _greedy_loop(model, source_ids, prefix_ids, max_output_extra: int, no_repeat
 
 def _beam_loop(model, source_ids, prefix_ids, k: int, alpha: float, max_output_extra: int,
                no_repeat_ngram: int):
-    config = model.transformer_config
-    batch = source_ids.shape[0]
-    capacity = _capacity(model, source_ids, max_output_extra, prefix_ids)
-    prefix = None if prefix_ids is None else rules.Prefix(prefix_ids)
-    max_lengths = rules.max_output_lengths(config, source_ids, max_output_extra,
-                                           None if prefix is None else prefix.lengths)
+    batch, vocab = source_ids.shape[0], model.transformer_config.vocab_size
+    capacity, prefix, max_lengths, token_rules, memory, source_mask = _prepare(
+        model, source_ids, prefix_ids, max_output_extra, no_repeat_ngram)
     beam = rules.BeamRules(k, alpha, max_lengths, None if prefix is None else prefix.lengths,
                            rules.FixedSequences)
-    token_rules = rules.TokenRules(config.vocab_size, no_repeat_ngram)
     per_row = lambda x: ops.repeat(x, k, axis=0)  # noqa: E731  row b*k+i = sentence b, beam i
-    memory, source_mask = model.encode(source_ids, training=False)
     source_mask = per_row(source_mask)
     cache = tree.map_structure(per_row, model.init_cache(memory, capacity=capacity))
     row_max_lengths = per_row(max_lengths)
     offsets = ops.expand_dims(ops.arange(batch, dtype="int32") * k, 1)
 
     def body(t, alive, alive_log_probs, finished, finished_scores, done, cache):
-        rows = ops.reshape(alive, [batch * k, capacity + 1])
-        logits, cache = model.decode(ops.expand_dims(ops.take(rows, t, axis=1), 1), None,
-                                     source_mask, cache=cache, cache_index=t, training=False)
-        log_probs = token_rules(ops.log_softmax(logits[:, -1, :], axis=-1),
-                                t + 1 >= row_max_lengths,
-                                rows[:, 1:] if no_repeat_ngram else None,
-                                None if prefix is None else per_row(prefix.forced(t)), length=t)
+        log_probs, cache = _next_log_probs(
+            model, ops.reshape(alive, [batch * k, capacity + 1]), t, source_mask, cache,
+            token_rules, t + 1 >= row_max_lengths,
+            None if prefix is None else per_row(prefix.forced(t)))
         alive, alive_log_probs, finished, finished_scores, done, beams = beam.step(
             t, alive, alive_log_probs, finished, finished_scores, done,
-            ops.reshape(log_probs, [batch, k, config.vocab_size]))
+            ops.reshape(log_probs, [batch, k, vocab]))
         cache = model.reorder_cache(cache, ops.reshape(beams + offsets, [-1]))
         return t + 1, alive, alive_log_probs, finished, finished_scores, done, cache
 
