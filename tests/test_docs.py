@@ -887,6 +887,32 @@ def check_rest_prefix(doc: DocRun, result, prefix: str) -> None:
     assert prediction["translations"].startswith(prefix), prediction
 
 
+def check_pharaoh(alignment: str) -> None:
+    """"i-j" pairs, one for each target piece j = 0, 1, ... in order (tfformer.contract)."""
+    pairs = [pair.split("-") for pair in alignment.split(" ")]
+    assert all(len(pair) == 2 and pair[0].isdigit() for pair in pairs), alignment
+    assert [int(j) for _, j in pairs] == list(range(len(pairs))), alignment
+
+
+@sh_check
+def check_rest_align(doc: DocRun, result) -> None:
+    """One translation with its alignment, in the row format."""
+    from tfformer.contract import OUTPUT_ALIGNMENTS, OUTPUT_SCORES, OUTPUT_TRANSLATIONS
+
+    (prediction,) = json.loads(result.stdout)["predictions"]
+    assert set(prediction) == {OUTPUT_TRANSLATIONS, OUTPUT_SCORES, OUTPUT_ALIGNMENTS}, prediction
+    check_pharaoh(prediction[OUTPUT_ALIGNMENTS])
+
+
+@sh_check
+def check_alignments(doc: DocRun, result) -> None:
+    """One line TRANSLATION<TAB>ALIGNMENT."""
+    check_output_lines(doc, result, "1")
+    translation, alignment = result.stdout.rstrip("\n").split("\t")
+    assert translation, result.stdout
+    check_pharaoh(alignment)
+
+
 @sh_check
 def check_starts_with(doc: DocRun, result, prefix: str) -> None:
     check_output_lines(doc, result, "1")

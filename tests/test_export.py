@@ -22,6 +22,7 @@ from tfformer.contract import (
     SIGNATURE_NAMES,
     read_saved_model,
 )
+from tfformer.decode.alignments import parse_pharaoh
 from tfformer.decode.search import beam_search, greedy_search
 from tfformer.decode.translator import load_translator
 from tfformer.export.saved_model import (
@@ -129,6 +130,8 @@ def assert_same_answers(got, expected):
     for signature, outputs in expected.items():
         assert got[signature]["translations"] == outputs["translations"], signature
         np.testing.assert_allclose(got[signature]["scores"], outputs["scores"], atol=1e-4)
+        if "alignments" in outputs:
+            assert got[signature]["alignments"] == outputs["alignments"], signature
 
 
 def every_signature_calls(translator):
@@ -469,7 +472,8 @@ def test_grpc_and_rest_round_trips_of_the_real_export_match_in_process(exported,
                               ("temperature", "top_k", "top_p", "seed")},
                 server=address, timeout=60),
             "translate_prefix": client.translate_prefix(
-                SENTENCES, calls["translate_prefix"]["prefixes"], server=address, timeout=60)}
+                SENTENCES, calls["translate_prefix"]["prefixes"], server=address, timeout=60),
+            "translate_align": client.translate_align(SENTENCES, server=address, timeout=60)}
         nbest = client.translate_nbest(SENTENCES, beam, server=address, timeout=60)
         rows, columns = {}, {}
         for signature, inputs in calls.items():
@@ -494,6 +498,8 @@ def test_grpc_and_rest_round_trips_of_the_real_export_match_in_process(exported,
 
     for signature, translations in grpc_answers.items():
         assert [t.text for t in translations] == expected[signature]["translations"], signature
+        assert [t.alignment for t in translations] == expected[signature].get(
+            "alignments", [None] * len(SENTENCES)), signature
         np.testing.assert_allclose([t.score for t in translations],
                                    expected[signature]["scores"], atol=1e-4)
     want_texts, want_scores = nbest_in_memory(translator, SENTENCES, beam)
@@ -510,6 +516,9 @@ def test_grpc_and_rest_round_trips_of_the_real_export_match_in_process(exported,
                         ).tolist() == answer["translations"]
         scores = np.ravel(np.array(rest_columns["outputs"]["scores"], dtype=float))
         np.testing.assert_allclose(scores, answer["scores"], atol=1e-4)
+        if "alignments" in answer:
+            assert [row["alignments"] for row in rest_rows["predictions"]] == \
+                rest_columns["outputs"]["alignments"] == answer["alignments"]
     assert over_beam.value.code == negative_seed.value.code == grpc.StatusCode.INVALID_ARGUMENT
     assert "k must be between 1 and the beam size (4), got] [5]" in over_beam.value.details
     assert "seed must be 0 or more, got] [1 -1]" in negative_seed.value.details
@@ -611,6 +620,39 @@ def test_translate_program_samples_and_continues_prefixes(exported, translator, 
         assert usage.value.code == 2 and message in capsys.readouterr().err
 
 
+def test_align_signature_is_translate_with_the_last_layers_attention_argmax(
+        exported, translator, capsys):
+    """translate_align: translate's answers, and for each target piece the source piece of
+    largest weight in the last layer's cross-attention averaged over heads (NumPy, on
+    attention_maps' weights of each sentence alone), in memory and from tfformer-translate."""
+    from tfformer.cli import translate as translate_cli
+    from tfformer.decode.attention_maps import attention_maps
+
+    inputs = tf.constant(SENTENCES)
+    aligned, best = translator.translate_align(inputs), translator.translate(inputs)
+    for name in ("translations", "scores"):
+        np.testing.assert_array_equal(aligned[name].numpy(), best[name].numpy())
+    texts = [a.decode("utf-8") for a in aligned["alignments"].numpy()]
+    for sentence, text in zip(SENTENCES, texts):
+        maps = attention_maps(translator, sentence)
+        last = maps.weights["decoder_cross"][-1].mean(axis=0)[:-1, :-1]  # EOS left out
+        want = [] if last.shape[1] == 0 else list(enumerate(last.argmax(axis=-1)))
+        assert [(j, i) for i, j in parse_pharaoh(text)] == want, (sentence, text)
+    assert texts[3] == ""  # an empty sentence: a source of EOS alone
+
+    base, _ = exported
+    assert translate_cli.main(["--saved-model", str(base / "tfformer"), "--alignments",
+                               *SENTENCES]) == 0
+    lines = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    translations = [t.decode("utf-8") for t in best["translations"].numpy()]
+    assert lines == [[t, a] for t, a in zip(translations, texts)]
+    with pytest.raises(SystemExit) as usage:
+        translate_cli.main(["--saved-model", str(base / "tfformer"), "--alignments",
+                            "--nbest", "2", "hola"])
+    assert usage.value.code == 2
+    assert "--nbest and --alignments call different" in capsys.readouterr().err
+
+
 def merged_calls(calls, sentence_index, others):
     """`calls` for sentence `sentence_index` alone, and merged (first) with the sentences
     `others`, as request batching concatenates requests."""
@@ -643,6 +685,8 @@ def test_a_sentence_translates_the_same_alone_and_merged_with_longer_ones(
             else:
                 cut = lambda values: values[:width]  # noqa: E731
             assert cut(merged[signature]["translations"]) == outputs["translations"], signature
+            if "alignments" in outputs:  # padded source positions get no weight
+                assert cut(merged[signature]["alignments"]) == outputs["alignments"]
             np.testing.assert_allclose(cut(merged[signature]["scores"]), outputs["scores"],
                                        atol=1e-5)
 

@@ -15,6 +15,11 @@ Serving's request batching can merge requests (`SIGNATURE_INPUTS`):
   same sample everywhere. `scores`: the model's log P of the sample.
 - `translate_prefix`: `prefixes` tf.string: the translation continues the sentence's prefix
   (target-side text, may be empty), with the export's search; `scores` are the continuation's.
+- `translate_align`: `translate`'s outputs and `alignments`: tf.string [batch], the word
+  alignment of each translation in the Pharaoh format ("i-j" pairs, space-separated, as
+  fast_align writes them): for target piece j (0-based, EOS excluded) the source piece i it
+  attends to most, in the cross-attention of the last decoder layer averaged over its heads
+  (fairseq's `--print-alignment` convention); pieces are the tokenizer's SentencePiece pieces.
 A value out of range fails in the graph (InvalidArgument, naming the input). Like TF Serving's
 file system source, any other name than a version number (e.g. a staging directory renamed into
 place when complete) is not a version.
@@ -31,8 +36,10 @@ TRANSLATE_SIGNATURE = "translate"
 NBEST_SIGNATURE = "translate_nbest"
 SAMPLE_SIGNATURE = "translate_sample"
 PREFIX_SIGNATURE = "translate_prefix"
+ALIGN_SIGNATURE = "translate_align"
 BEST_SIGNATURE_NAMES = (DEFAULT_SIGNATURE, TRANSLATE_SIGNATURE)  # the best hypothesis only
-SIGNATURE_NAMES = (*BEST_SIGNATURE_NAMES, NBEST_SIGNATURE, SAMPLE_SIGNATURE, PREFIX_SIGNATURE)
+SIGNATURE_NAMES = (*BEST_SIGNATURE_NAMES, NBEST_SIGNATURE, SAMPLE_SIGNATURE, PREFIX_SIGNATURE,
+                   ALIGN_SIGNATURE)
 INPUT_NAME = "inputs"
 NBEST_K_NAME = "k"  # translate_nbest's second input
 TEMPERATURE_NAME = "temperature"
@@ -50,9 +57,11 @@ SIGNATURE_INPUTS = {
     NBEST_SIGNATURE: (INPUT_NAME, NBEST_K_NAME),
     SAMPLE_SIGNATURE: (INPUT_NAME, TEMPERATURE_NAME, TOP_K_NAME, TOP_P_NAME, SEED_NAME),
     PREFIX_SIGNATURE: (INPUT_NAME, PREFIXES_NAME),
+    ALIGN_SIGNATURE: (INPUT_NAME,),
 }
 OUTPUT_TRANSLATIONS = "translations"
 OUTPUT_SCORES = "scores"
+OUTPUT_ALIGNMENTS = "alignments"  # translate_align's third output
 OUTPUT_NAMES = (OUTPUT_TRANSLATIONS, OUTPUT_SCORES)
 DEFAULT_MODEL_NAME = "tfformer"
 

@@ -3,7 +3,9 @@ process with --saved-model. Sentences come from the arguments or, when there are
 line from stdin; translations go to stdout one per line, in order (with --nbest K, K lines
 'SCORE<TAB>TRANSLATION' per sentence, best first). --sample draws a translation
 (translate_sample: --temperature, --top-k, --top-p, --seed); --prefix TEXT makes every
-translation start with TEXT (translate_prefix).
+translation start with TEXT (translate_prefix); --alignments adds each translation's word
+alignment, 'TRANSLATION<TAB>ALIGNMENT' (translate_align: Pharaoh "i-j" pairs of source and
+target pieces).
 
 Exit status: 0; 2 for bad input (a sentence the model refuses, an unknown model, signature or
 SavedModel path, invalid UTF-8); 1 when the translation fails at run time (server unreachable,
@@ -18,6 +20,7 @@ from typing import Iterator, Optional, Sequence
 
 from tfformer.cli.console import start_logging
 from tfformer.contract import (
+    ALIGN_SIGNATURE,
     DEFAULT_SIGNATURE,
     NBEST_SIGNATURE,
     PREFIX_SIGNATURE,
@@ -88,6 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prefix", default=None, metavar="TEXT",
                         help=f"every translation starts with TEXT and continues it "
                              f"({PREFIX_SIGNATURE}); the score is the continuation's")
+    parser.add_argument("--alignments", action="store_true",
+                        help=f"print 'TRANSLATION<TAB>ALIGNMENT' ({ALIGN_SIGNATURE}): for each "
+                             f"target piece, the source piece it attends to most, as 'i-j' "
+                             f"pairs of SentencePiece pieces (Pharaoh format, as fast_align)")
     parser.add_argument("--saved-model", metavar="DIR",
                         help="translate in process with this SavedModel (a version dir, or a "
                              "model base path whose highest version is used) instead of a server")
@@ -104,7 +111,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error("--nbest must be at least 1")
     modes = [flag for flag, given in (("--nbest", args.nbest is not None),
                                       ("--sample", args.sample),
-                                      ("--prefix", args.prefix is not None)) if given]
+                                      ("--prefix", args.prefix is not None),
+                                      ("--alignments", args.alignments)) if given]
     if len(modes) > 1:
         parser.error(f"{' and '.join(modes)} call different signatures: choose one")
     sampling_flags = [flag for flag, value, default in (
@@ -114,7 +122,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error(f"{', '.join(sampling_flags)} need --sample")
     nbest = args.nbest
     signature = args.signature or {"--nbest": NBEST_SIGNATURE, "--sample": SAMPLE_SIGNATURE,
-                                   "--prefix": PREFIX_SIGNATURE}.get(
+                                   "--prefix": PREFIX_SIGNATURE,
+                                   "--alignments": ALIGN_SIGNATURE}.get(
         modes[0] if modes else "", DEFAULT_SIGNATURE)
     sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                     seed=args.seed)
@@ -129,10 +138,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         TranslationError,
         load_saved_model,
         translate,
+        translate_align,
         translate_nbest,
         translate_prefix,
         translate_sample,
         translate_saved_model,
+        translate_saved_model_align,
         translate_saved_model_nbest,
         translate_saved_model_prefix,
         translate_saved_model_sample,
@@ -158,6 +169,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 if args.prefix is not None:
                     return translate_saved_model_prefix(batch, args.prefix, model, signature,
                                                         args.batch_size)
+                if args.alignments:
+                    return translate_saved_model_align(batch, model, signature, args.batch_size)
                 return translate_saved_model(batch, model, signature, args.batch_size)
         else:
             channel = grpc.insecure_channel(args.server)
@@ -175,16 +188,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     return translate_prefix(batch, args.prefix, args.server, args.model,
                                             signature, args.timeout, channel,
                                             batch_size=args.batch_size)
+                if args.alignments:
+                    return translate_align(batch, args.server, args.model, signature,
+                                           args.timeout, channel, batch_size=args.batch_size)
                 return translate(batch, args.server, args.model, signature, args.timeout,
                                  channel, batch_size=args.batch_size)
 
         for batch in translate_in_batches(run, lines, args.batch_size):
             for translations in batch:
                 for translation in translations if nbest else [translations]:
+                    fields = [translation.text]
                     if args.scores or nbest:
-                        print(f"{translation.score:.6g}\t{translation.text}")
-                    else:
-                        print(translation.text)
+                        fields.insert(0, f"{translation.score:.6g}")
+                    if args.alignments:
+                        fields.append(translation.alignment)
+                    print("\t".join(fields))
             sys.stdout.flush()
     except TranslationError as error:
         code = error.code.name if error.code else "BAD_RESPONSE"

@@ -13,11 +13,13 @@ import tensorflow as tf
 
 from tfformer.config import DecodingConfig
 from tfformer.contract import (
+    ALIGN_SIGNATURE,
     DEFAULT_SIGNATURE,
     INPUT_DTYPES,
     INPUT_NAME,
     NBEST_K_NAME,
     NBEST_SIGNATURE,
+    OUTPUT_ALIGNMENTS,
     OUTPUT_SCORES,
     OUTPUT_TRANSLATIONS,
     PREFIX_SIGNATURE,
@@ -31,6 +33,7 @@ from tfformer.contract import (
     TRANSLATE_SIGNATURE,
 )
 from tfformer.data.tokenizer import Tokenizer
+from tfformer.decode.alignments import alignment_indices, pharaoh
 from tfformer.decode.search import SearchResult, beam_search, greedy_search, sample_search
 from tfformer.model.precision import check_inference_precision, dtype_policy
 from tfformer.model.transformer import Transformer
@@ -54,7 +57,9 @@ class Translator(tf.Module):
     Python strings. The other signatures of `tfformer.contract`, each input one value per
     sentence: `translate_nbest(inputs, k)` returns the k best hypotheses of the beam,
     `translate_sample(inputs, temperature, top_k, top_p, seed)` a sample,
-    `translate_prefix(inputs, prefixes)` a translation that continues each prefix.
+    `translate_prefix(inputs, prefixes)` a translation that continues each prefix,
+    `translate_align(inputs)` `translate`'s outputs and each translation's word alignment
+    (`tfformer.decode.alignments`).
     """
 
     def __init__(self, model: Transformer, tokenizer: Tokenizer, *, beam_size: int | None = None,
@@ -82,6 +87,7 @@ class Translator(tf.Module):
         self.translate_nbest = self._function(self._translate_nbest, NBEST_SIGNATURE)
         self.translate_sample = self._function(self._translate_sample, SAMPLE_SIGNATURE)
         self.translate_prefix = self._function(self._translate_prefix, PREFIX_SIGNATURE)
+        self.translate_align = self._function(self._translate_align, ALIGN_SIGNATURE)
 
     @staticmethod
     def _function(method, signature: str):
@@ -95,7 +101,7 @@ class Translator(tf.Module):
         `tfformer.contract` (the export saves them; its checks call them)."""
         return {DEFAULT_SIGNATURE: self.translate, TRANSLATE_SIGNATURE: self.translate,
                 NBEST_SIGNATURE: self.translate_nbest, SAMPLE_SIGNATURE: self.translate_sample,
-                PREFIX_SIGNATURE: self.translate_prefix}
+                PREFIX_SIGNATURE: self.translate_prefix, ALIGN_SIGNATURE: self.translate_align}
 
     def search(self, source_ids: tf.Tensor, n_best: int = 1,
                prefix_ids: tf.Tensor | None = None) -> SearchResult:
@@ -153,6 +159,15 @@ class Translator(tf.Module):
                              prefix_ids=pieces.to_tensor(default_value=PAD_ID))
         return {OUTPUT_TRANSLATIONS: self.tokenizer.detokenize(result.tokens[:, 0]),
                 OUTPUT_SCORES: result.scores[:, 0]}
+
+    def _translate_align(self, inputs):
+        # The alignment's attention pass only here: `translate`'s graph stays the search alone.
+        source_ids = self._source_ids(inputs)
+        result = self.search(source_ids)
+        tokens = result.tokens[:, 0]
+        return {OUTPUT_TRANSLATIONS: self.tokenizer.detokenize(tokens),
+                OUTPUT_SCORES: result.scores[:, 0],
+                OUTPUT_ALIGNMENTS: pharaoh(alignment_indices(self.model, source_ids, tokens))}
 
     def translate_texts(self, sentences: Sequence[str]) -> list[tuple[str, float]]:
         """Translates Python strings; returns (translation, score) pairs in order."""

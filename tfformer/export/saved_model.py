@@ -20,11 +20,13 @@ from typing import Any, Iterable, Sequence
 import tensorflow as tf
 
 from tfformer.contract import (
+    ALIGN_SIGNATURE,
     DEFAULT_SIGNATURE,
     INPUT_DTYPES,
     INPUT_NAME,
     NBEST_K_NAME,
     NBEST_SIGNATURE,
+    OUTPUT_ALIGNMENTS,
     OUTPUT_SCORES,
     OUTPUT_TRANSLATIONS,
     PREFIX_SIGNATURE,
@@ -136,7 +138,7 @@ def check_calls(sentences: Sequence[str], k: int,
                 prefixes: Sequence[str] | None = None) -> dict[str, dict[str, list]]:
     """One call of each signature on `sentences`: translate_nbest with `k`, translate_sample
     with temperature 1, no top-k or top-p and seed i for sentence i, translate_prefix with
-    `prefixes` (default: empty ones)."""
+    `prefixes` (default: empty ones), translate_align."""
     sentences = list(sentences)
     n = len(sentences)
     return {
@@ -146,6 +148,7 @@ def check_calls(sentences: Sequence[str], k: int,
                            TOP_K_NAME: [0] * n, TOP_P_NAME: [1.0] * n, SEED_NAME: list(range(n))},
         PREFIX_SIGNATURE: {INPUT_NAME: sentences,
                            PREFIXES_NAME: list(prefixes) if prefixes is not None else [""] * n},
+        ALIGN_SIGNATURE: {INPUT_NAME: sentences},
     }
 
 
@@ -192,7 +195,8 @@ def export_saved_model(translator: Translator, model_base_path: str | os.PathLik
     """Writes `model_base_path/name/version/` (the layout TF Serving watches) and checks it.
 
     Signatures: `serving_default` and `translate` (the best hypothesis), `translate_nbest` (the
-    k best), `translate_sample` and `translate_prefix` (see `tfformer.contract`). Warmup: one
+    k best), `translate_sample`, `translate_prefix` and `translate_align` (see
+    `tfformer.contract`). Warmup: one
     request per signature on the first check sentences (an empty sentence without them) in
     `assets.extra/` (`tfformer.export.warmup`), which TF Serving and `tfformer-serve` replay
     before the version serves. Checks: every op is one stock TF Serving has (`check_ops`),
@@ -247,6 +251,8 @@ def export_saved_model(translator: Translator, model_base_path: str | os.PathLik
         for signature in calls:
             _check_same(check_sentences, expected[signature][OUTPUT_TRANSLATIONS],
                         got[signature][OUTPUT_TRANSLATIONS], f" ({signature})")
+        _check_same(check_sentences, expected[ALIGN_SIGNATURE][OUTPUT_ALIGNMENTS],
+                    got[ALIGN_SIGNATURE][OUTPUT_ALIGNMENTS], f" ({ALIGN_SIGNATURE} alignments)")
     os.rename(staging_dir, final_dir)
     return final_dir
 

@@ -8,7 +8,8 @@ starts in a fraction of a second.
 ``translate_nbest()`` and ``translate_saved_model_nbest()`` return the k best hypotheses of each
 sentence (the ``translate_nbest`` signature); ``translate_sample()`` samples a translation
 (``translate_sample``), ``translate_prefix()`` continues a given start of the translation
-(``translate_prefix``). Their parameters take one value for every sentence or a list of one per
+(``translate_prefix``), ``translate_align()`` adds each translation's word alignment
+(``translate_align``). Their parameters take one value for every sentence or a list of one per
 sentence: each is an input [batch] of the signature.
 
 The ``tfformer-translate`` command (`tfformer.cli.translate`) wraps both.
@@ -25,11 +26,13 @@ from typing import Any, Iterable, Optional, Sequence
 import grpc
 
 from tfformer.contract import (
+    ALIGN_SIGNATURE,
     DEFAULT_SIGNATURE,
     INPUT_DTYPES,
     INPUT_NAME,
     NBEST_K_NAME,
     NBEST_SIGNATURE,
+    OUTPUT_ALIGNMENTS,
     OUTPUT_SCORES,
     OUTPUT_TRANSLATIONS,
     PREFIX_SIGNATURE,
@@ -62,8 +65,12 @@ logger = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class Translation:
+    """A translation, its score and, from ``translate_align``, its word alignment: "i-j" pairs
+    of source and target SentencePiece pieces (``tfformer.contract``)."""
+
     text: str
     score: float
+    alignment: Optional[str] = None
 
 
 class TranslationError(RuntimeError):
@@ -88,9 +95,16 @@ def _check_sentences(sentences: Sequence[str]) -> list[str]:
     return sentences
 
 
-def _decode(texts: Iterable[Any], scores: Iterable[Any]) -> list[Translation]:
-    return [Translation(t.decode("utf-8", errors="replace") if isinstance(t, bytes) else str(t),
-                        float(s)) for t, s in zip(texts, scores, strict=True)]
+def _text(value: Any) -> str:
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _decode(texts: Iterable[Any], scores: Iterable[Any],
+            alignments: Optional[Iterable[Any]] = None) -> list[Translation]:
+    if alignments is None:
+        return [Translation(_text(t), float(s)) for t, s in zip(texts, scores, strict=True)]
+    return [Translation(_text(t), float(s), _text(a))
+            for t, s, a in zip(texts, scores, alignments, strict=True)]
 
 
 def per_sentence(name: str, value: Any, count: int) -> list:
@@ -107,11 +121,12 @@ def make_predict_request(sentences: Sequence[str], model: str = DEFAULT_MODEL,
                          signature: str = DEFAULT_SIGNATURE,
                          version: Optional[int] = None, *,
                          k: Optional[int | Sequence[int]] = None,
-                         inputs: Optional[dict[str, Any]] = None) -> predict_pb2.PredictRequest:
+                         inputs: Optional[dict[str, Any]] = None,
+                         alignments: bool = False) -> predict_pb2.PredictRequest:
     """The PredictRequest TF Serving expects for a batch of sentences; with ``k``, also the
     n-best signature's ``k``; ``inputs``: the signature's other inputs by name
     (``tfformer.contract``). Each takes a value for every sentence or a list of one per
-    sentence, and is sent as a vector [batch]."""
+    sentence, and is sent as a vector [batch]. ``alignments``: ask for that output too."""
     request = predict_pb2.PredictRequest()
     request.model_spec.name = model
     request.model_spec.signature_name = signature
@@ -129,19 +144,22 @@ def make_predict_request(sentences: Sequence[str], model: str = DEFAULT_MODEL,
         request.inputs[name].CopyFrom(
             string_tensor([v.encode("utf-8") for v in values]) if dtype == "string"
             else vector_tensor(values, dtype))
-    request.output_filter.extend([OUTPUT_TRANSLATIONS, OUTPUT_SCORES])
+    request.output_filter.extend([OUTPUT_TRANSLATIONS, OUTPUT_SCORES]
+                                 + ([OUTPUT_ALIGNMENTS] if alignments else []))
     return request
 
 
 def parse_predict_response(response: predict_pb2.PredictResponse, expected: int,
                            server: Optional[str] = None, *,
-                           k: Optional[int] = None) -> list[Translation]:
+                           k: Optional[int] = None,
+                           alignments: bool = False) -> list[Translation]:
     """The ``expected`` translations of a response; with ``k`` (an n-best response), the
-    ``expected * k`` hypotheses, sentence by sentence, best first."""
+    ``expected * k`` hypotheses, sentence by sentence, best first; with ``alignments``, each
+    with its alignment."""
     count = expected * (k or 1)
     per = f" x {k} hypotheses" if k else ""
     arrays = {}
-    for name in (OUTPUT_TRANSLATIONS, OUTPUT_SCORES):
+    for name in (OUTPUT_TRANSLATIONS, OUTPUT_SCORES) + ((OUTPUT_ALIGNMENTS,) if alignments else ()):
         if name not in response.outputs:
             raise TranslationError(None, f"response has no output {name!r} "
                                          f"(outputs: {sorted(response.outputs)})", server)
@@ -149,7 +167,8 @@ def parse_predict_response(response: predict_pb2.PredictResponse, expected: int,
         if arrays[name].shape[0] != count:
             raise TranslationError(None, f"output {name!r} has {arrays[name].shape[0]} values "
                                          f"for {expected} sentences{per}", server)
-    return _decode(arrays[OUTPUT_TRANSLATIONS], arrays[OUTPUT_SCORES])
+    return _decode(arrays[OUTPUT_TRANSLATIONS], arrays[OUTPUT_SCORES],
+                   arrays.get(OUTPUT_ALIGNMENTS))
 
 
 def parse_nbest_response(response: predict_pb2.PredictResponse, ks: Sequence[int],
@@ -190,10 +209,11 @@ def _batch_inputs(inputs: dict[str, Any], count: int) -> list[dict[str, Any]]:
 def _predict_over_grpc(sentences: Sequence[str], server: str, timeout: float,
                        channel: Optional[grpc.Channel], batch_size: int, model: str,
                        signature: str, version: Optional[int],
-                       inputs: Optional[dict[str, Any]] = None, nbest: bool = False) -> list:
+                       inputs: Optional[dict[str, Any]] = None, nbest: bool = False,
+                       alignments: bool = False) -> list:
     """One Predict call per batch of ``sentences`` (``make_predict_request`` with the batch's
-    share of ``inputs``, per-sentence values by name): a Translation per sentence, or with
-    ``nbest`` a list of k (``inputs["k"]``)."""
+    share of ``inputs``, per-sentence values by name): a Translation per sentence (with its
+    alignment if ``alignments``), or with ``nbest`` a list of k (``inputs["k"]``)."""
     sentences = _check_sentences(sentences)
     if not sentences:
         return []
@@ -209,7 +229,8 @@ def _predict_over_grpc(sentences: Sequence[str], server: str, timeout: float,
             batch = [sentences[i] for i in indices]
             request = make_predict_request(
                 batch, model, signature, version,
-                inputs={name: [rows[i][name] for i in indices] for name in inputs or {}})
+                inputs={name: [rows[i][name] for i in indices] for name in inputs or {}},
+                alignments=alignments)
             try:
                 response = stub.Predict(request, timeout=timeout)
             except grpc.RpcError as error:
@@ -217,7 +238,7 @@ def _predict_over_grpc(sentences: Sequence[str], server: str, timeout: float,
             if nbest:
                 return parse_nbest_response(response, [rows[i][NBEST_K_NAME] for i in indices],
                                             target)
-            return parse_predict_response(response, len(batch), target)
+            return parse_predict_response(response, len(batch), target, alignments=alignments)
 
         return [translation for batch in translate_in_batches(
             predict, range(len(sentences)), batch_size) for translation in batch]
@@ -293,6 +314,17 @@ def translate_prefix(sentences: Sequence[str], prefixes: str | Sequence[str],
                               signature, version, inputs=_prefix_inputs(prefixes))
 
 
+def translate_align(sentences: Sequence[str], server: str = DEFAULT_SERVER,
+                    model: str = DEFAULT_MODEL, signature: str = ALIGN_SIGNATURE,
+                    timeout: float = DEFAULT_TIMEOUT, channel: Optional[grpc.Channel] = None, *,
+                    version: Optional[int] = None,
+                    batch_size: int = DEFAULT_BATCH_SIZE) -> list[Translation]:
+    """``translate``'s translations, each with its ``alignment`` (Pharaoh "i-j" pairs of
+    source and target pieces), over gRPC."""
+    return _predict_over_grpc(sentences, server, timeout, channel, batch_size, model,
+                              signature, version, alignments=True)
+
+
 def _sample_inputs(temperature, top_k, top_p, seed) -> dict[str, Any]:
     return {TEMPERATURE_NAME: temperature, TOP_K_NAME: top_k, TOP_P_NAME: top_p,
             SEED_NAME: seed}
@@ -334,10 +366,12 @@ def _signature(saved_model: Any, signature: str) -> Any:
 def translate_saved_model(sentences: Sequence[str], saved_model: Any,
                           signature: str = DEFAULT_SIGNATURE,
                           batch_size: int = DEFAULT_BATCH_SIZE, *,
-                          inputs: Optional[dict[str, Any]] = None) -> list[Translation]:
+                          inputs: Optional[dict[str, Any]] = None,
+                          alignments: bool = False) -> list[Translation]:
     """Translate in process with a loaded SavedModel (from ``load_saved_model``) or a path;
     ``inputs``: the signature's other inputs, as for ``make_predict_request`` (see
-    ``translate_saved_model_sample`` and ``translate_saved_model_prefix``)."""
+    ``translate_saved_model_sample`` and ``translate_saved_model_prefix``); ``alignments``:
+    read that output too (``translate_saved_model_align``)."""
     import tensorflow as tf
 
     sentences = _check_sentences(sentences)
@@ -350,7 +384,8 @@ def translate_saved_model(sentences: Sequence[str], saved_model: Any,
             feeds[name] = tf.constant([rows[i][name] for i in indices],
                                       dtype=tf.as_dtype(INPUT_DTYPES[name]))
         outputs = function(**feeds)
-        return _decode(outputs[OUTPUT_TRANSLATIONS].numpy(), outputs[OUTPUT_SCORES].numpy())
+        return _decode(outputs[OUTPUT_TRANSLATIONS].numpy(), outputs[OUTPUT_SCORES].numpy(),
+                       outputs[OUTPUT_ALIGNMENTS].numpy() if alignments else None)
 
     return [translation for batch in translate_in_batches(call, range(len(sentences)),
                                                           batch_size)
@@ -375,6 +410,13 @@ def translate_saved_model_prefix(sentences: Sequence[str], prefixes: str | Seque
     """``translate_prefix`` in process."""
     return translate_saved_model(sentences, saved_model, signature, batch_size,
                                  inputs=_prefix_inputs(prefixes))
+
+
+def translate_saved_model_align(sentences: Sequence[str], saved_model: Any,
+                                signature: str = ALIGN_SIGNATURE,
+                                batch_size: int = DEFAULT_BATCH_SIZE) -> list[Translation]:
+    """``translate_align`` in process."""
+    return translate_saved_model(sentences, saved_model, signature, batch_size, alignments=True)
 
 
 def translate_saved_model_nbest(sentences: Sequence[str], k: int | Sequence[int],
