@@ -91,3 +91,32 @@ def test_keras_search_benchmark_finds_the_graph_search_tokens_under_jax():
     assert compiled["hypotheses_equal_to_tensorflow"] >= 0.75
     assert compiled["output_positions"] == graph["output_positions"] <= 9 + 12
     assert compiled["median_s"] > 0 and graph["median_s"] > 0
+
+
+def test_alignments_benchmark_finds_reordered_phrases_and_the_words_of_pieces():
+    """benchmarks/alignments.py's gold: Spanish NOUN ADJECTIVE phrases whose English is
+    ADJECTIVE NOUN, and the word each SentencePiece piece belongs to."""
+    import importlib.util
+
+    from tfformer.data.builtin import builtin_pairs
+    from tfformer.data.builtin.vocabulary import ADJECTIVES, NOUNS
+
+    spec = importlib.util.spec_from_file_location(
+        "alignments_benchmark", os.path.join(ROOT, "benchmarks", "alignments.py"))
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    assert benchmark.word_of_pieces(["\u2581Los", "\u2581per", "ros", "\u2581rojo", "s", "."]) \
+        == [0, 1, 1, 2, 2, 2]
+    nouns = {"perros": "dogs", "casa": "house"}
+    adjectives = {"rojos": "red", "azul": "blue"}
+    pairs = [("Los perros rojos comen.", "The red dogs eat."),
+             ("La casa azul.", "The house is blue."),  # not ADJECTIVE NOUN in English
+             ("Hola.", "Hello.")]
+    assert benchmark.phrases(pairs, nouns, adjectives) == [
+        ("Los perros rojos comen.", 1, 2, "red", "dogs")]
+    found = benchmark.phrases(
+        builtin_pairs("test", 300),
+        {form: n.en_plural if form == n.es_plural else n.en for n in NOUNS.values()
+         for form in (n.es, n.es_plural)},
+        {form: a.en for a in ADJECTIVES.values() for form in a.forms})
+    assert len(found) >= 30, len(found)
