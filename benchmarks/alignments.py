@@ -70,6 +70,7 @@ def main() -> int:
     from tfformer.decode.translator import load_translator
     from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
     from tfformer.train.settings import TrainSettings
+    from tfformer.utils.cpu import matmul_flags
 
     started = time.time()
     result = run.train(args.out, "tiny", TrainSettings(
@@ -118,6 +119,7 @@ def main() -> int:
     print(json.dumps({
         "command": " ".join(["benchmarks/alignments.py", *sys.argv[1:]]),
         "machine": f"{os.cpu_count()} CPU cores, {platform.processor() or platform.machine()}",
+        "cpu_flags": matmul_flags(),
         "tensorflow": tf.__version__,
         "train_minutes": round(train_minutes, 2),
         "updates": result.step,
