@@ -54,3 +54,40 @@ def test_pharaoh_writes_one_pair_per_aligned_target_piece():
     assert texts == ["2-0 0-1 1-2", "", "0-0 0-1 0-2 3-3"]
     assert parse_pharaoh(texts[0]) == [(2, 0), (0, 1), (1, 2)] and parse_pharaoh("") == []
     assert pharaoh(tf.zeros([0, 0], tf.int32)).shape == [0]
+
+
+def test_keras_translator_gives_each_translation_the_alignment_of_its_tokens():
+    """KerasTranslator.translate_texts_aligned (the keras.ops search, compiled under JAX): the
+    translations and scores of translate_texts, with the reference alignment of the searched
+    tokens; where TensorFlow runs the model, what the export's translate_align gives."""
+    from tfformer.data.builtin import builtin_pairs
+    from tfformer.data.pieces import SentencePieces, train_model
+    from tfformer.decode import keras_search
+    from tfformer.decode.alignments import pharaoh_text
+    from tfformer.decode.keras_translator import KerasTranslator
+    from tfformer.utils.backends import on_tensorflow
+
+    pieces = SentencePieces(train_model(
+        [text for pair in builtin_pairs("train", 300) for text in pair], 120))
+    keras.utils.set_random_seed(3)
+    model = Transformer(TransformerConfig(vocab_size=pieces.vocab_size, d_model=32, num_heads=4,
+                                          d_ff=64, num_encoder_layers=1, num_decoder_layers=2,
+                                          dropout=0.0))
+    model.build()
+    translator = KerasTranslator(model, pieces, beam_size=2, max_output_extra=6)
+    sentences = ["Los perros rojos comen.", "", "Hola."]
+    got = translator.translate_texts_aligned(sentences)
+    assert [(text, score) for text, score, _ in got] == translator.translate_texts(sentences)
+    source_ids = pieces.encode_source(sentences)
+    tokens, _ = keras_search.beam_search(model, source_ids, 2, 0.6, 6)
+    tokens = keras.ops.convert_to_numpy(tokens)[:, 0]
+    want = [pharaoh_text(row) for row in reference(model, source_ids, tokens)]
+    assert [alignment for _, _, alignment in got] == want and want[1] == ""
+    if on_tensorflow():
+        from tfformer.data.tokenizer import Tokenizer
+        from tfformer.decode.translator import Translator
+
+        graph = Translator(model, Tokenizer(pieces.model_proto), beam_size=2,
+                           max_output_extra=6).translate_texts_aligned(sentences)
+        assert [(t, a) for t, _, a in graph] == [(t, a) for t, _, a in got]
+        np.testing.assert_allclose([s for _, s, _ in graph], [s for _, s, _ in got], atol=1e-4)

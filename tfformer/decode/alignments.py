@@ -64,6 +64,11 @@ def pharaoh(indices):
     return tf.strings.reduce_join(kept, axis=1, separator=" ")
 
 
+def pharaoh_text(row) -> str:
+    """`pharaoh` of one row of indices, in Python (for searches run outside a TF graph)."""
+    return " ".join(f"{int(i)}-{j}" for j, i in enumerate(row) if int(i) != NO_ALIGNMENT)
+
+
 def parse_pharaoh(text: str) -> list[tuple[int, int]]:
     """(i, j) pairs of a Pharaoh string ("0-0 2-1"); "" is no pair."""
     pairs = []

@@ -22,6 +22,7 @@ import numpy as np
 from keras import ops, tree
 
 from tfformer.decode import rules
+from tfformer.decode.alignments import alignment_indices, pharaoh_text
 from tfformer.decode.sampling import sample_np
 from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
@@ -252,6 +253,21 @@ def sample_search(model, source_ids: np.ndarray, temperature, top_k, top_p, seed
     return tokens[:, 1:], scores
 
 
+def _search_texts(model, tokenizer, sentences: Sequence[str], max_output_extra: int,
+                  beam_size: int, alpha: float, no_repeat_ngram: int):
+    """(pieces, source ids, best tokens [batch, T], their scores) of `translate_texts`."""
+    pieces = getattr(tokenizer, "pieces", tokenizer)
+    source_ids = pieces.encode_source(sentences)
+    if beam_size == 1:
+        tokens, scores = greedy_search(model, source_ids, max_output_extra,
+                                       no_repeat_ngram=no_repeat_ngram)
+    else:
+        tokens, scores = beam_search(model, source_ids, beam_size, alpha, max_output_extra,
+                                     no_repeat_ngram=no_repeat_ngram)
+        tokens, scores = tokens[:, 0], scores[:, 0]
+    return pieces, source_ids, tokens, scores
+
+
 def translate_texts(model, tokenizer, sentences: Sequence[str], max_output_extra: int = 50,
                     beam_size: int = 1, alpha: float = 0.6,
                     no_repeat_ngram: int = 0) -> list[tuple[str, float]]:
@@ -263,13 +279,20 @@ def translate_texts(model, tokenizer, sentences: Sequence[str], max_output_extra
     """
     if not sentences:
         return []
-    pieces = getattr(tokenizer, "pieces", tokenizer)
-    source_ids = pieces.encode_source(sentences)
-    if beam_size == 1:
-        tokens, scores = greedy_search(model, source_ids, max_output_extra,
-                                       no_repeat_ngram=no_repeat_ngram)
-    else:
-        tokens, scores = beam_search(model, source_ids, beam_size, alpha, max_output_extra,
-                                     no_repeat_ngram=no_repeat_ngram)
-        tokens, scores = tokens[:, 0], scores[:, 0]
+    pieces, _, tokens, scores = _search_texts(model, tokenizer, sentences, max_output_extra,
+                                              beam_size, alpha, no_repeat_ngram)
     return list(zip(pieces.decode(tokens), (float(score) for score in scores)))
+
+
+def translate_texts_aligned(model, tokenizer, sentences: Sequence[str],
+                            max_output_extra: int = 50, beam_size: int = 1, alpha: float = 0.6,
+                            no_repeat_ngram: int = 0) -> list[tuple[str, float, str]]:
+    """`translate_texts` with each translation's alignment, as the export's `translate_align`
+    gives it (`tfformer.decode.alignments`): (translation, score, "i-j ...")."""
+    if not sentences:
+        return []
+    pieces, source_ids, tokens, scores = _search_texts(
+        model, tokenizer, sentences, max_output_extra, beam_size, alpha, no_repeat_ngram)
+    indices = ops.convert_to_numpy(alignment_indices(model, source_ids, tokens))
+    return list(zip(pieces.decode(tokens), (float(score) for score in scores),
+                    (pharaoh_text(row) for row in indices)))

@@ -34,10 +34,19 @@ class KerasTranslator:
             self.decoding.beam_size, self.decoding.length_penalty,
             self.decoding.no_repeat_ngram)
 
+    def translate_texts_aligned(self, sentences: Sequence[str]) -> list[tuple[str, float, str]]:
+        """(translation, score, alignment) of each sentence, in order, as the export's
+        `translate_align` gives them."""
+        return keras_search.translate_texts_aligned(
+            self.model, self.tokenizer, sentences, self.decoding.max_output_extra,
+            self.decoding.beam_size, self.decoding.length_penalty,
+            self.decoding.no_repeat_ngram)
+
 
 def translator_for(model, tokenizer, **decoding):
     """The in-graph `Translator` where TensorFlow runs the model (the export's search), else an
-    `KerasTranslator`: either has `translate_texts` and `decoding`."""
+    `KerasTranslator`: either has `translate_texts`, `translate_texts_aligned` and
+    `decoding`."""
     if on_tensorflow():
         from tfformer.decode.translator import Translator
 

@@ -175,6 +175,14 @@ class Translator(tf.Module):
         return [(text.decode("utf-8"), float(score)) for text, score in
                 zip(outputs[OUTPUT_TRANSLATIONS].numpy(), outputs[OUTPUT_SCORES].numpy())]
 
+    def translate_texts_aligned(self, sentences: Sequence[str]) -> list[tuple[str, float, str]]:
+        """(translation, score, alignment) of each sentence, in order (`translate_align`)."""
+        outputs = self.translate_align(tf.constant(list(sentences), tf.string))
+        return [(text.decode("utf-8"), float(score), alignment.decode("utf-8"))
+                for text, score, alignment in zip(outputs[OUTPUT_TRANSLATIONS].numpy(),
+                                                  outputs[OUTPUT_SCORES].numpy(),
+                                                  outputs[OUTPUT_ALIGNMENTS].numpy())]
+
 
 # How many of an input's values an InvalidArgument error shows.
 SHOWN_VALUES = 16
