@@ -69,3 +69,29 @@ def test_numbers():
         "nine hundred ninety-nine")
     with pytest.raises(ValueError):
         number_to_spanish(1000)
+
+
+def test_generated_pairs_are_cached_on_disk_and_a_torn_cache_is_made_again(tmp_path,
+                                                                           monkeypatch):
+    import itertools
+    import json
+
+    monkeypatch.setenv("TFFORMER_CACHE_DIR", str(tmp_path))
+    grammar._generated.cache_clear()
+    made = list(itertools.islice(grammar.iter_pairs("dev", seed=3), 50))
+    assert builtin_pairs("dev", 50, seed=3) == made
+    [cached] = (tmp_path / "builtin").iterdir()
+    assert [tuple(pair) for pair in json.loads(cached.read_text(encoding="utf-8"))] == made
+    for torn in (cached.read_text(encoding="utf-8")[:100], "[]", '[["one"]]'):
+        cached.write_text(torn, encoding="utf-8")
+        grammar._generated.cache_clear()
+        assert builtin_pairs("dev", 50, seed=3) == made  # made again, and the cache repaired
+        assert [tuple(p) for p in json.loads(cached.read_text(encoding="utf-8"))] == made
+    assert grammar._cache_path("dev", 51, 3) != str(cached)  # another count, another file
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("TFFORMER_CACHE_DIR", str(tmp_path / "a-file" / "cache"))
+    grammar._generated.cache_clear()
+    try:
+        assert builtin_pairs("dev", 50, seed=3) == made  # nowhere to write: generated each time
+    finally:
+        grammar._generated.cache_clear()

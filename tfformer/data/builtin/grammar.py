@@ -26,7 +26,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import json
+import os
 import random
+import sys
 from typing import Iterator
 
 from tfformer.data.builtin.vocabulary import (
@@ -415,6 +418,36 @@ def builtin_pairs(split: str = "train", n: int | None = None,
 @functools.lru_cache(maxsize=8)
 def _generated(split: str, count: int, seed: int) -> tuple[tuple[str, str], ...]:
     # A run reads its training split twice (the scan, then the stream), and generating it is
-    # slow pure Python, so it is generated once per process.
+    # slow pure Python (~2.5 s for the 20000 training pairs): once per process, and from the
+    # disk cache when a process has made these pairs with this code before.
+    path = _cache_path(split, count, seed)
+    try:
+        with open(path, encoding="utf-8") as f:
+            cached = json.load(f)
+        if len(cached) == count and all(len(pair) == 2 for pair in cached):
+            return tuple((source, target) for source, target in cached)
+    except (OSError, ValueError, TypeError):
+        pass  # none yet, or unreadable: made again below
     pairs = iter_pairs(split, seed)
-    return tuple(next(pairs) for _ in range(count))
+    generated = tuple(next(pairs) for _ in range(count))
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        temporary = f"{path}.{os.getpid()}.tmp"  # a process of its own: no torn file is read
+        with open(temporary, "w", encoding="utf-8") as f:
+            json.dump(generated, f, ensure_ascii=False)
+        os.replace(temporary, path)
+    except OSError:
+        pass  # a read-only home: generate every time
+    return generated
+
+
+def _cache_path(split: str, count: int, seed: int) -> str:
+    """Where the pairs are cached: keyed by the generator's code and the Python version (its
+    `random` draws), $TFFORMER_CACHE_DIR or ~/.cache/tfformer."""
+    root = os.environ.get("TFFORMER_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tfformer")
+    key = hashlib.sha256(f"{sys.version_info[:2]}/{split}/{count}/{seed}".encode())
+    for module in ("grammar.py", "vocabulary.py"):
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), module), "rb") as f:
+            key.update(f.read())
+    return os.path.join(root, "builtin", f"{split}-{key.hexdigest()[:16]}.json")
