@@ -38,6 +38,15 @@ def word_of_pieces(pieces: list[str]) -> list[int]:
     return words
 
 
+def gold_words() -> tuple[dict[str, str], dict[str, str]]:
+    """The built-in vocabulary's English word of each Spanish noun form and adjective form."""
+    from tfformer.data.builtin.vocabulary import ADJECTIVES, NOUNS
+
+    nouns = {form: noun.en_plural if form == noun.es_plural else noun.en
+             for noun in NOUNS.values() for form in (noun.es, noun.es_plural)}
+    return nouns, {form: a.en for a in ADJECTIVES.values() for form in a.forms}
+
+
 def phrases(pairs, nouns, adjectives):
     """(source, source noun word, source adjective word, English adjective, English noun) of each
     pair whose Spanish has NOUN ADJECTIVE with the English ADJECTIVE NOUN."""
@@ -66,7 +75,6 @@ def main() -> int:
 
     from tfformer import run
     from tfformer.data.builtin import builtin_pairs
-    from tfformer.data.builtin.vocabulary import ADJECTIVES, NOUNS
     from tfformer.decode.translator import load_translator
     from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
     from tfformer.train.settings import TrainSettings
@@ -80,10 +88,7 @@ def main() -> int:
     translator = load_translator(args.out)
     tokenizer, model = translator.tokenizer, translator.model
 
-    nouns = {form: noun.en_plural if form == noun.es_plural else noun.en
-             for noun in NOUNS.values() for form in (noun.es, noun.es_plural)}
-    adjectives = {form: a.en for a in ADJECTIVES.values() for form in a.forms}
-    cases = phrases(builtin_pairs("test", args.sentences), nouns, adjectives)
+    cases = phrases(builtin_pairs("test", args.sentences), *gold_words())
     layers = model.transformer_config.num_decoder_layers
     right = {"adjective": np.zeros(layers), "noun": np.zeros(layers), "crossing": np.zeros(layers)}
     counted = 0

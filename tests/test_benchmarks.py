@@ -99,7 +99,6 @@ def test_alignments_benchmark_finds_reordered_phrases_and_the_words_of_pieces():
     import importlib.util
 
     from tfformer.data.builtin import builtin_pairs
-    from tfformer.data.builtin.vocabulary import ADJECTIVES, NOUNS
 
     spec = importlib.util.spec_from_file_location(
         "alignments_benchmark", os.path.join(ROOT, "benchmarks", "alignments.py"))
@@ -114,9 +113,5 @@ def test_alignments_benchmark_finds_reordered_phrases_and_the_words_of_pieces():
              ("Hola.", "Hello.")]
     assert benchmark.phrases(pairs, nouns, adjectives) == [
         ("Los perros rojos comen.", 1, 2, "red", "dogs")]
-    found = benchmark.phrases(
-        builtin_pairs("test", 300),
-        {form: n.en_plural if form == n.es_plural else n.en for n in NOUNS.values()
-         for form in (n.es, n.es_plural)},
-        {form: a.en for a in ADJECTIVES.values() for form in a.forms})
+    found = benchmark.phrases(builtin_pairs("test", 300), *benchmark.gold_words())
     assert len(found) >= 30, len(found)

@@ -117,10 +117,14 @@ class Translator(tf.Module):
     def _source_ids(self, inputs):
         return self.tokenizer.encode_source(inputs).to_tensor(default_value=PAD_ID)
 
-    def _translate(self, inputs):
-        result = self.search(self._source_ids(inputs))
+    def _best(self, result: SearchResult) -> dict[str, tf.Tensor]:
+        """The outputs of a signature that answers one hypothesis a sentence: its best."""
         return {OUTPUT_TRANSLATIONS: self.tokenizer.detokenize(result.tokens[:, 0]),
                 OUTPUT_SCORES: result.scores[:, 0]}
+
+    def _translate(self, inputs):
+        result = self.search(self._source_ids(inputs))
+        return self._best(result)
 
     def _translate_nbest(self, inputs, k):
         inputs = _checked(NBEST_SIGNATURE, inputs, {NBEST_K_NAME: k}, [
@@ -146,8 +150,7 @@ class Translator(tf.Module):
             (seed >= 0, SEED_NAME, "must be 0 or more, got")])
         result = sample_search(self.model, self._source_ids(inputs), temperature, top_k, top_p,
                                seed, self.max_output_extra, no_repeat_ngram=self.no_repeat_ngram)
-        return {OUTPUT_TRANSLATIONS: self.tokenizer.detokenize(result.tokens[:, 0]),
-                OUTPUT_SCORES: result.scores[:, 0]}
+        return self._best(result)
 
     def _translate_prefix(self, inputs, prefixes):
         pieces = self.tokenizer.tokenize(prefixes)
@@ -157,17 +160,14 @@ class Translator(tf.Module):
              f"max_length - 2), got lengths", pieces.row_lengths())])
         result = self.search(self._source_ids(inputs),
                              prefix_ids=pieces.to_tensor(default_value=PAD_ID))
-        return {OUTPUT_TRANSLATIONS: self.tokenizer.detokenize(result.tokens[:, 0]),
-                OUTPUT_SCORES: result.scores[:, 0]}
+        return self._best(result)
 
     def _translate_align(self, inputs):
         # The alignment's attention pass only here: `translate`'s graph stays the search alone.
         source_ids = self._source_ids(inputs)
         result = self.search(source_ids)
-        tokens = result.tokens[:, 0]
-        return {OUTPUT_TRANSLATIONS: self.tokenizer.detokenize(tokens),
-                OUTPUT_SCORES: result.scores[:, 0],
-                OUTPUT_ALIGNMENTS: pharaoh(alignment_indices(self.model, source_ids, tokens))}
+        indices = alignment_indices(self.model, source_ids, result.tokens[:, 0])
+        return {**self._best(result), OUTPUT_ALIGNMENTS: pharaoh(indices)}
 
     def translate_texts(self, sentences: Sequence[str]) -> list[tuple[str, float]]:
         """Translates Python strings; returns (translation, score) pairs in order."""
