@@ -51,3 +51,7 @@ def test_embedding_scaled_by_sqrt_d_model_and_tied_to_logits():
     np.testing.assert_allclose(vectors[0], table[[1, 5, 10]] * 3.0, atol=1e-6)
     hidden = np.random.default_rng(0).normal(size=(2, 4, 9)).astype("float32")
     np.testing.assert_allclose(to_numpy(layer.logits(hidden)), hidden @ table.T, atol=1e-5)
+    # The table transposed once, as a decoding loop gives it to every step.
+    np.testing.assert_allclose(to_numpy(layer.projection()), table.T)
+    np.testing.assert_allclose(to_numpy(layer.logits(hidden, layer.projection())),
+                               hidden @ table.T, atol=1e-5)

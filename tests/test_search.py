@@ -76,6 +76,30 @@ def test_one_trace_serves_every_batch_size_and_length(search_model, search_sourc
                                   second.tokens.numpy())
 
 
+def _loop_matmuls(graph_def) -> list:
+    """The MatMul nodes of every while loop's body in a traced function's library."""
+    bodies = {node.attr["body"].func.name for function in graph_def.library.function
+              for node in function.node_def if node.op in ("While", "StatelessWhile")}
+    bodies |= {node.attr["body"].func.name for node in graph_def.node
+               if node.op in ("While", "StatelessWhile")}
+    return [node for function in graph_def.library.function
+            if function.signature.name in bodies
+            for node in function.node_def if node.op == "MatMul"]
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_no_step_multiplies_by_a_transposed_table(search_model, search_sources, search):
+    # TensorFlow's CPU MatMul without oneDNN multiplies a few rows by a transposed [vocab, d]
+    # table far slower than by E^T laid out [d, vocab]: the loop gets the table transposed once.
+    run = {"greedy": lambda ids: greedy_search(search_model, ids, max_output_extra=EXTRA),
+           "beam": lambda ids: beam_search(search_model, ids, max_output_extra=EXTRA)}[search]
+    traced = tf.function(run, input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    matmuls = _loop_matmuls(traced.get_concrete_function().graph.as_graph_def())
+    assert matmuls, "no MatMul found in the search loop"
+    assert not [node.name for node in matmuls if node.attr["transpose_b"].b], \
+        "a step multiplies by a transposed operand"
+
+
 def test_n_best_must_fit_the_beam(search_model, search_sources):
     with pytest.raises(ValueError, match="n_best"):
         beam_search(search_model, search_sources, beam_size=2, n_best=3)

@@ -101,9 +101,14 @@ def main(argv=None) -> int:
     cases = list(runs["a"][0])
     medians = {key: {case: statistics.median(run[case] for run in runs[key]) for case in cases}
                for key in runs}
+    from tfformer.utils.cpu import matmul_flags
+
     print(json.dumps({
         "trees": {"a": args.tree_a, "b": args.tree_b}, "rounds": args.rounds,
-        "threads": 1, "median_ms": medians,
+        "threads": 1, "cpu_flags": matmul_flags(),
+        # TensorFlow's default: oneDNN on CPUs with AVX-512 VNNI/BF16 or AMX, off on AVX2 ones.
+        "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
+        "median_ms": medians,
         "b_over_a": {case: round(medians["b"][case] / medians["a"][case], 3) for case in cases},
     }, indent=1))
     return 0

@@ -58,6 +58,7 @@ class _Decoder:
         memory, source_mask = model.encode(source_ids, training=False)
         repeat = lambda x: tf.repeat(x, copies, axis=0)  # noqa: E731  row b*copies+i = sentence b
         self.source_mask = repeat(source_mask)
+        self.projection = model.embedding.projection()  # once, outside the loop
         if use_cache:
             # Cross-attention keys/values: projected once per sentence, then copied per beam.
             self.initial_state = tf.nest.map_structure(repeat, model.init_cache(memory))
@@ -72,9 +73,11 @@ class _Decoder:
     def __call__(self, prefixes: tf.Tensor, state):
         if self.use_cache:
             logits, state = self.model.decode(prefixes[:, -1, tf.newaxis], None, self.source_mask,
-                                              cache=state, training=False)
+                                              cache=state, training=False,
+                                              projection=self.projection)
         else:
-            logits = self.model.decode(prefixes, self.memory, self.source_mask, training=False)
+            logits = self.model.decode(prefixes, self.memory, self.source_mask, training=False,
+                                       projection=self.projection)
         return tf.nn.log_softmax(logits[:, -1, :]), state
 
     def reorder(self, state, rows: tf.Tensor):

@@ -184,7 +184,7 @@ class Transformer(compat.TrainerFixes, keras.Model):
         return self.decoder.reorder_cache(cache, rows)
 
     def decode(self, target_ids, memory, source_mask, cache=None, cache_index=None,
-               training=None):
+               training=None, projection=None):
         """Decoder + pre-softmax projection.
 
         Args:
@@ -197,6 +197,8 @@ class Transformer(compat.TrainerFixes, keras.Model):
                 position of target_ids' first token; every step then has the same shapes (what
                 JAX compiles once). None for a cache grown by each call (TensorFlow's search and
                 the SavedModel: no XlaDynamicUpdateSlice).
+            projection: the pre-softmax projection as `SharedEmbedding.projection()` gives it,
+                computed once by a decoding loop; None: from the embedding matrix as it is.
 
         Returns:
             logits [batch, T, vocab] (float32), plus the grown cache when `cache` was given.
@@ -205,7 +207,7 @@ class Transformer(compat.TrainerFixes, keras.Model):
         if cache is None:
             hidden = self.decoder(embeddings, memory, self._target_mask(target_ids), source_mask,
                                   training=training)
-            return ops.cast(self.embedding.logits(hidden), "float32")
+            return ops.cast(self.embedding.logits(hidden, projection), "float32")
         new_length = ops.shape(target_ids)[1]
         if cache_index is not None:  # the unwritten positions of the capacity are hidden too
             self_mask = causal_mask(new_length, self.decoder.cached_length(cache), cache_index)
@@ -215,7 +217,7 @@ class Transformer(compat.TrainerFixes, keras.Model):
             self_mask = causal_mask(new_length, self.decoder.cached_length(cache) + new_length)
         hidden, cache = self.decoder(embeddings, memory, self_mask, source_mask, cache=cache,
                                      cache_index=cache_index, training=training)
-        return ops.cast(self.embedding.logits(hidden), "float32"), cache
+        return ops.cast(self.embedding.logits(hidden, projection), "float32"), cache
 
     def get_config(self):
         return {**super().get_config(), "config": self.transformer_config.to_dict()}

@@ -134,11 +134,24 @@ class SharedEmbedding(keras.layers.Layer):
         vectors = kernels.gather_rows(self.embeddings, ids, self.compute_dtype)
         return vectors * ops.cast(math.sqrt(self.d_model), vectors.dtype)
 
-    def logits(self, x):
-        """Pre-softmax linear transformation sharing the embedding matrix."""
+    def logits(self, x, projection=None):
+        """Pre-softmax linear transformation sharing the embedding matrix: x E^T, or x times
+        `projection` when given: E^T already transposed, [d_model, vocab] (`projection()`)."""
         flat = ops.reshape(x, (-1, self.d_model))
-        logits = kernels.matmul_transposed(flat, self.embeddings)
+        if projection is None:
+            logits = kernels.matmul_transposed(flat, self.embeddings)
+        else:
+            logits = ops.matmul(flat, ops.cast(projection, flat.dtype))
         return ops.reshape(logits, tuple(ops.shape(x)[:-1]) + (self.vocab_size,))
+
+    def projection(self):
+        """E^T, [d_model, vocab], in the compute dtype: a decoding loop computes it once per
+        call and gives it to every step's `logits`. Without oneDNN (TensorFlow's default on
+        CPUs without AVX-512), TensorFlow's CPU MatMul multiplies a few rows by a transposed
+        table far slower than by one laid out [d_model, vocab] (benchmarks/results/
+        logits_layout.json), and Grappler folds a Transpose beside the MatMul back into it:
+        made outside the loop, the transpose stays."""
+        return ops.transpose(ops.cast(self.embeddings, self.compute_dtype))
 
     def compute_output_shape(self, ids_shape):
         return tuple(ids_shape) + (self.d_model,)
