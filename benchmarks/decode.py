@@ -12,7 +12,11 @@ The "formats" rows time, for each search (greedy; beam 4 with length penalty 0.6
 `--threads` intra-op threads), called in turn round after round; `over_ctranslate2_fp32` is each
 one's median time over CTranslate2 fp32's. Every row names the CPU's matmul flags (`cpu_flags`:
 AVX2, AVX-512, AVX512_BF16, AMX) and whether TensorFlow runs oneDNN (`onednn`, and the
-`TF_ENABLE_ONEDNN_OPTS` it was given): they set each format's speed.
+`TF_ENABLE_ONEDNN_OPTS` it was given): they set each format's speed. An AVX2-only CPU's
+kernels, on a CPU with AVX-512:
+
+    TF_ENABLE_ONEDNN_OPTS=0 CT2_FORCE_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 \
+        .venv/bin/python benchmarks/decode.py --formats only > decode_formats_avx2.json
 
 Every hypothesis is exactly 64 tokens long: the models are random with EOS's output embedding set
 to zero (so EOS never wins before the length limit) and max_output_extra chosen so that the
@@ -197,7 +201,11 @@ def format_comparison(preset: str, model, tokenizer, extra: int, batches, reps: 
 
     machine = {"cpu_flags": matmul_flags(),
                "onednn": bool(_pywrap_util_port.IsMklEnabled()),
-               "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS")}
+               "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
+               # Set to AVX2, these make CTranslate2's kernels and MKL's GEMM run as on an
+               # AVX2-only CPU (with TF_ENABLE_ONEDNN_OPTS=0: TensorFlow's default there).
+               "CT2_FORCE_CPU_ISA": os.environ.get("CT2_FORCE_CPU_ISA"),
+               "MKL_ENABLE_INSTRUCTIONS": os.environ.get("MKL_ENABLE_INSTRUCTIONS")}
     rows = []
     with tempfile.TemporaryDirectory() as work:
         run = os.path.join(work, "run")
