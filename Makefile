@@ -110,10 +110,10 @@ test: $(VENV)/.installed-test $(COMPAT_VENV)/.installed $(NOTF_VENV)/.installed
 	$(PY) -m ruff check .
 	mkdir -p .cache
 	KERAS_BACKEND=jax TFFORMER_EXPECT_NO_TENSORFLOW=1 PYTHONPATH=$(CURDIR) \
-		$(NOTF_VENV)/bin/python -m pytest $(BACKEND_TESTS) > .cache/notf-tests.log 2>&1 & \
+		$(NOTF_VENV)/bin/python -m pytest --cpu-durations=10 $(BACKEND_TESTS) > .cache/notf-tests.log 2>&1 & \
 	notf=$$!; \
 	TFFORMER_COMPAT_PYTHON=$(abspath $(COMPAT_VENV))/bin/python $(PY) $(PYTEST) \
-		--durations=15 tests; status=$$?; \
+		--durations=15 --cpu-durations=25 tests; status=$$?; \
 	wait $$notf; notf_status=$$?; \
 	echo "--- the JAX run without TensorFlow ($(NOTF_VENV)):"; cat .cache/notf-tests.log; \
 	[ $$status -eq 0 ] && [ $$notf_status -eq 0 ]

@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import pathlib
+import resource
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # The numerical tests compare float32 against NumPy's float32 formulas. On a GPU, JAX's default
@@ -160,3 +161,68 @@ def pytest_collection_modifyitems(config, items):
         ordered += dealt[share] + fast[:taken]
         fast = fast[taken:]
     items[:] = ordered + fast
+
+
+# CPU seconds per test (`--cpu-durations N`): this process's and its waited-for subprocesses'
+# user + system time over each phase, the tests' true cost on a CPU-bound machine where wall
+# time (`--durations`) also counts waiting on other workers. A subprocess is charged to the
+# phase that reaps it (a module's server to the teardown that stops it).
+def pytest_addoption(parser):
+    parser.addoption("--cpu-durations", type=int, default=None, metavar="N",
+                     help="show the N tests that used the most CPU seconds (0: all)")
+
+
+def _cpu_seconds() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+_PHASE_CPU = pytest.StashKey[dict]()
+
+
+def _timed(item, phase: str):
+    started = _cpu_seconds()
+    yield
+    item.stash.setdefault(_PHASE_CPU, {})[phase] = _cpu_seconds() - started
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    yield from _timed(item, "setup")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    yield from _timed(item, "call")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item):
+    yield from _timed(item, "teardown")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    seconds = item.stash.get(_PHASE_CPU, {}).get(call.when)
+    if seconds is not None:
+        outcome.get_result().user_properties.append(("cpu_seconds", round(seconds, 3)))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    shown = config.getoption("--cpu-durations")
+    if shown is None:
+        return
+    per_test: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            for name, value in getattr(report, "user_properties", ()):
+                if name == "cpu_seconds":
+                    per_test[report.nodeid] = per_test.get(report.nodeid, 0.0) + value
+    ranked = sorted(per_test.items(), key=lambda pair: -pair[1])
+    total = sum(per_test.values())
+    terminalreporter.write_sep("=", f"most CPU seconds (tests and their subprocesses; "
+                                    f"{total:.0f} s in all)")
+    for nodeid, seconds in ranked[:shown or None]:
+        terminalreporter.write_line(f"{seconds:8.1f} s  {nodeid}")
