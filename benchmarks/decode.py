@@ -42,6 +42,11 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 OUTPUT_TOKENS = 64
+# Between two formats' calls: the threads of the one timed before must be asleep. Intel's
+# OpenMP (CTranslate2's MKL) spins its threads for 200 ms after each parallel region
+# (KMP_BLOCKTIME) and TensorFlow's Eigen pool spins too; a spinning pool takes the cores of
+# the next call.
+SETTLE_SECONDS = 0.3
 SENTENCE = "Los tres perros rojos comen manzanas verdes debajo de la mesa."
 
 
@@ -71,9 +76,10 @@ def paired(first, second, reps: int, budget_seconds: float,
 
 
 def paired_all(functions: dict, reps: int, budget_seconds: float,
-               warm_up: bool = True) -> dict:
+               warm_up: bool = True, settle_seconds: float = 0.0) -> dict:
     """Times several functions in turn, round after round (after one warm-up call each), so
-    that drift in machine load hits all alike: {name: {"median_ms", "runs"}}."""
+    that drift in machine load hits all alike: {name: {"median_ms", "runs"}}. With
+    `settle_seconds`, each call waits that long first (untimed)."""
     if warm_up:
         for function in functions.values():
             function()
@@ -82,6 +88,7 @@ def paired_all(functions: dict, reps: int, budget_seconds: float,
         if all(times.values()) and sum(map(sum, times.values())) > budget_seconds:
             break
         for name, function in functions.items():
+            time.sleep(settle_seconds)
             start = time.perf_counter()
             function()
             times[name].append(time.perf_counter() - start)
@@ -205,7 +212,10 @@ def format_comparison(preset: str, model, tokenizer, extra: int, batches, reps: 
                # Set to AVX2, these make CTranslate2's kernels and MKL's GEMM run as on an
                # AVX2-only CPU (with TF_ENABLE_ONEDNN_OPTS=0: TensorFlow's default there).
                "CT2_FORCE_CPU_ISA": os.environ.get("CT2_FORCE_CPU_ISA"),
-               "MKL_ENABLE_INSTRUCTIONS": os.environ.get("MKL_ENABLE_INSTRUCTIONS")}
+               "MKL_ENABLE_INSTRUCTIONS": os.environ.get("MKL_ENABLE_INSTRUCTIONS"),
+               # TensorFlow's thread pools (unset: one intra-op thread per core).
+               "TF_NUM_INTRAOP_THREADS": os.environ.get("TF_NUM_INTRAOP_THREADS"),
+               "TF_NUM_INTEROP_THREADS": os.environ.get("TF_NUM_INTEROP_THREADS")}
     rows = []
     with tempfile.TemporaryDirectory() as work:
         run = os.path.join(work, "run")
@@ -244,7 +254,8 @@ def format_comparison(preset: str, model, tokenizer, extra: int, batches, reps: 
                     "savedmodel-bf16": lambda: signatures["bf16"](inputs=inputs),
                     "ctranslate2-fp32": lambda: ct2("none"),
                     "ctranslate2-int8": lambda: ct2("int8"),
-                }, reps * 2 if batch == 1 else reps, budget_seconds)
+                }, reps * 2 if batch == 1 else reps, budget_seconds,
+                    settle_seconds=SETTLE_SECONDS)
                 reference = timings["ctranslate2-fp32"]["median_ms"]
                 row = {"preset": preset, "search": search, "batch": batch,
                        **machine,  # beside every row: what sets each format's speed
