@@ -64,9 +64,17 @@ def nbest_in_memory(translator, sentences, k):
 
 
 @pytest.fixture(scope="module")
-def exported(translator, tmp_path_factory):
+def exported_translator(run_dir):
+    """The translator `exported` exports, loaded as tfformer-export loads one: it translates
+    as `translator` does (the same run), and only the export calls it."""
+    return load_translator(run_dir, max_output_extra=EXTRA)
+
+
+@pytest.fixture(scope="module")
+def exported(exported_translator, tmp_path_factory):
     base = tmp_path_factory.mktemp("models")
-    path = export_saved_model(translator, base, "tfformer", 1, check_sentences=SENTENCES)
+    path = export_saved_model(exported_translator, base, "tfformer", 1,
+                              check_sentences=SENTENCES)
     return base, path
 
 
@@ -75,6 +83,16 @@ def test_export_writes_the_tf_serving_layout_and_nothing_else(exported):
     assert path == os.path.join(base, "tfformer", "1")
     assert {"assets", "saved_model.pb", "variables"} <= set(os.listdir(path))
     assert os.listdir(os.path.join(base, "tfformer")) == ["1"]  # no staging dir left
+
+
+def test_export_traces_each_search_once_for_the_save_and_its_checks(
+        exported, exported_translator):
+    """The save, the warmup and the in-memory check share one trace of each signature's
+    function (`translate` answers two signatures): a search graph takes about a second to
+    trace, and tf.saved_model.save would otherwise trace each one again."""
+    functions = exported_translator.signature_functions()
+    assert {name: function.experimental_get_tracing_count()
+            for name, function in functions.items()} == dict.fromkeys(functions, 1)
 
 
 def test_export_writes_warmup_requests_that_each_signature_runs(exported, translator):

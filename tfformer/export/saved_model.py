@@ -152,10 +152,12 @@ def check_calls(sentences: Sequence[str], k: int,
     }
 
 
-def run_in_memory(translator: Translator, calls: dict[str, dict[str, list]]
-                  ) -> dict[str, dict[str, list]]:
-    """`calls` made on the in-memory Translator: answers as `run_in_fresh_process` gives them."""
-    functions = translator.signature_functions()
+def run_in_memory(translator: Translator, calls: dict[str, dict[str, list]],
+                  functions: dict[str, Any] | None = None) -> dict[str, dict[str, list]]:
+    """`calls` made on the in-memory Translator (through `functions`, signature name -> its
+    function, when given: the concrete functions the export saves): answers as
+    `run_in_fresh_process` gives them."""
+    functions = functions or translator.signature_functions()
     answers = {}
     for signature, inputs in calls.items():
         outputs = functions[signature](*[
@@ -190,6 +192,22 @@ def translate_in_fresh_process(export_dir: str | os.PathLike, sentences: Iterabl
             "nbest_scores": rows(nbest[OUTPUT_SCORES]), "modules": got["modules"]}
 
 
+def traced_for_saving(translator: Translator) -> dict[str, Any]:
+    """Signature name -> the concrete function `tf.saved_model.save` saves for it.
+
+    TensorFlow keys a tf.function's traces by, among others, whether they were made under a
+    save context (`function_context.make_function_context`), so a signature traced outside
+    `tf.saved_model.save` is traced again inside it: each search graph twice. Traced here under
+    the context `tf.saved_model.save(options=None)` enters, the save finds these traces, and
+    the export's in-memory check runs the very graphs it saves.
+    """
+    from tensorflow.python.saved_model import save_context
+
+    with save_context.save_context(tf.saved_model.SaveOptions()):
+        return {name: function.get_concrete_function()
+                for name, function in translator.signature_functions().items()}
+
+
 def export_saved_model(translator: Translator, model_base_path: str | os.PathLike, name: str,
                        version: int, *, check_sentences: Sequence[str] = ()) -> str:
     """Writes `model_base_path/name/version/` (the layout TF Serving watches) and checks it.
@@ -218,8 +236,7 @@ def export_saved_model(translator: Translator, model_base_path: str | os.PathLik
         raise FileExistsError(f"{final_dir} exists: versions are immutable, pick a new one")
     # TF Serving polls for integer directory names: write under a name it ignores.
     staging_dir = os.path.join(model_base_path, name, f".tmp-{version}-{os.getpid()}")
-    signatures = {name: function.get_concrete_function()
-                  for name, function in translator.signature_functions().items()}
+    signatures = traced_for_saving(translator)
     # TF logs every captured input it renames (one line of hundreds of names) through absl.
     absl_logger = logging.getLogger("absl")
     level = absl_logger.level
@@ -239,14 +256,16 @@ def export_saved_model(translator: Translator, model_base_path: str | os.PathLik
         # cut well within the prefix limit in pieces (an undertrained model's first "word" may
         # be a whole translation without spaces).
         calls = check_calls(check_sentences, translator.beam_size)
-        expected = run_in_memory(translator, {DEFAULT_SIGNATURE: calls[DEFAULT_SIGNATURE]})
+        expected = run_in_memory(translator, {DEFAULT_SIGNATURE: calls[DEFAULT_SIGNATURE]},
+                                 signatures)
         longest = translator.max_prefix_pieces // 2
         calls[PREFIX_SIGNATURE][PREFIXES_NAME] = [
             text.split(" ")[0][:longest]
             for text in expected[DEFAULT_SIGNATURE][OUTPUT_TRANSLATIONS]]
         expected.update(run_in_memory(translator, {signature: inputs for signature, inputs
                                                    in calls.items()
-                                                   if signature != DEFAULT_SIGNATURE}))
+                                                   if signature != DEFAULT_SIGNATURE},
+                                      signatures))
         got = run_in_fresh_process(staging_dir, calls)
         for signature in calls:
             _check_same(check_sentences, expected[signature][OUTPUT_TRANSLATIONS],
