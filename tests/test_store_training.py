@@ -115,10 +115,13 @@ def test_three_kills_resume_to_the_weights_of_an_uninterrupted_run(store, whole_
     assert [int(r["step"]) for r in rows] == [4, 8, 12]
     assert all(r["dev_bleu"] != "" and r["val_loss"] != "" for r in rows)
     with open(whole / "metrics.csv", newline="") as f:
-        # The same weights at each epoch's end. (An epoch's training loss averages the batches
-        # since its last start only, as Keras' metrics do.)
-        np.testing.assert_allclose([float(r["val_loss"]) for r in csv.DictReader(f)],
-                                   [float(r["val_loss"]) for r in rows], rtol=1e-5)
+        uninterrupted = list(csv.DictReader(f))
+    # The same weights at each epoch's end, and each epoch's training metrics average all its
+    # batches, as the uninterrupted run's do, though the kills (just after the backups of steps
+    # 2, 5 and 9) resumed the epochs in their middle.
+    for name in ("val_loss", "loss", "accuracy", "perplexity"):
+        np.testing.assert_allclose([float(r[name]) for r in uninterrupted],
+                                   [float(r[name]) for r in rows], rtol=1e-5, err_msg=name)
 
 
 @pytest.mark.slow

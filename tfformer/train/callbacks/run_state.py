@@ -12,6 +12,7 @@ import tempfile
 from typing import Any
 
 import keras
+import numpy as np
 
 from tfformer.train.checkpoints import backup_name, list_backups
 from tfformer.train.state import (
@@ -26,10 +27,18 @@ from tfformer.utils.run_dir import RunDir
 
 logger = logging.getLogger(__name__)
 
+# state.json's key for the running metrics of the epoch a mid-epoch backup was taken in.
+EPOCH_METRICS = "epoch_metrics"
+
 
 class RunState(keras.callbacks.Callback):
     """Backs up weights and optimizer state every `backup_every` updates and after each epoch,
     with the history of finished epochs; `restore` continues from the last backup.
+
+    A backup in the middle of an epoch also keeps the state of the epoch's running metrics
+    (Keras' loss tracker and the compiled metrics' totals and counts), and a run resumed there
+    starts the epoch with it: the epoch's logged loss and accuracy average all its batches, as
+    an uninterrupted run's do, not only those after the resume.
 
     Put it last among the callbacks: its epoch-end row takes the logs that the others (dev BLEU)
     added. The epoch number it records is Keras' `epoch + 1`: `fit` must be given the true
@@ -62,6 +71,8 @@ class RunState(keras.callbacks.Callback):
         self.state = self._read_state()
         self._last_backup_step: int | None = None
         self._fit_start = self._batches_done = 0
+        self._epoch = 0
+        self._resumed_epoch = True  # the next epoch is the first of a fit
         self._accumulation = 1
         self._writers: dict[str, Any] = {}
         self.tensorboard = importlib.util.find_spec("tensorflow") is not None
@@ -121,7 +132,8 @@ class RunState(keras.callbacks.Callback):
                     len(self.history))
         return step
 
-    def _commit(self, step: int, history: list[dict]) -> None:
+    def _commit(self, step: int, history: list[dict], mid_epoch: bool = False) -> None:
+        """Backs up `step`; `mid_epoch`: with the running metrics of the epoch under way."""
         if not self.writes:
             # Process 0 saves the step's weights here. Under JAX, syncing the state into the
             # model and gathering the weights are collectives that every process must take at
@@ -134,6 +146,10 @@ class RunState(keras.callbacks.Callback):
         name = backup_name(step)
         atomic_write(os.path.join(self.backup_dir, name), self.model.save_weights)
         state = {"step": step, "weights": name, "history": history}
+        if mid_epoch:  # read after save_weights, which synced the model's state under JAX
+            state[EPOCH_METRICS] = {"epoch": self._epoch + 1, "values": [
+                keras.ops.convert_to_numpy(variable).tolist()
+                for variable in self.model.metrics_variables]}
         atomic_write_text(os.path.join(self.backup_dir, STATE_FILENAME),
                           json.dumps(state, indent=1))
         self.state = state
@@ -192,9 +208,26 @@ class RunState(keras.callbacks.Callback):
         self._fit_start = step
         self._accumulation = self.model.optimizer.gradient_accumulation_steps or 1
         self._batches_done = 0
+        self._resumed_epoch = True
         if self.writes and self.keep_initial_weights and step == 0 \
                 and self.state["weights"] is None:
             atomic_write(self.run.initial_weights, self.model.save_weights)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+        resumed, self._resumed_epoch = self._resumed_epoch, False
+        saved = self.state.get(EPOCH_METRICS)
+        if not resumed or not saved or saved["epoch"] != epoch + 1:
+            return
+        variables = self.model.metrics_variables
+        shapes = [tuple(variable.shape) for variable in variables]
+        if shapes != [np.shape(value) for value in saved["values"]]:
+            logger.warning("epoch %d's running metrics in the backup do not fit this model's "
+                           "metrics: the epoch's logged metrics average the batches from here "
+                           "on only", epoch + 1)
+            return
+        for variable, value in zip(variables, saved["values"]):
+            variable.assign(np.asarray(value, dtype=variable.dtype))
 
     def on_train_batch_begin(self, batch, logs=None):
         # Before batch b, the updates of the batches before it are done: a backup due at that
@@ -206,7 +239,7 @@ class RunState(keras.callbacks.Callback):
             return
         step = self._fit_start + done // self._accumulation
         if step != self._last_backup_step and step % self.backup_every == 0:
-            self._commit(step, self.history)  # self.model: the step's weights, synced
+            self._commit(step, self.history, mid_epoch=True)  # the step's weights, synced
 
     def on_epoch_end(self, epoch, logs=None):
         row = {"epoch": epoch + 1, "step": optimizer_step(self.model)}
