@@ -42,13 +42,6 @@ def log(message: str) -> None:
     print(f"[store {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def cpu_flags() -> list[str]:
-    with open("/proc/cpuinfo") as f:
-        text = f.read()
-    return sorted({flag for flag in ("avx512f", "avx512_bf16", "amx_bf16", "avx2")
-                   if f" {flag}" in text})
-
-
 def loader_rate(loader, seconds: float = 20.0) -> dict:
     """Batches of one epoch (at most `seconds`) built in this thread: their rate."""
     started = time.perf_counter()
@@ -178,6 +171,8 @@ def scale(out: str, pairs: int) -> dict:
 
 
 def main() -> None:
+    from tfformer.utils.cpu import matmul_flags
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", type=int, default=0, metavar="PAIRS",
                         help="a synthetic corpus of this many pairs instead of the Bible")
@@ -185,7 +180,7 @@ def main() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     with tempfile.TemporaryDirectory() as out:
         result = scale(out, args.scale) if args.scale else bible(out)
-    print(json.dumps({"machine": f"{os.cpu_count()} CPU cores", "cpu_flags": cpu_flags(),
+    print(json.dumps({"machine": f"{os.cpu_count()} CPU cores", "cpu_flags": matmul_flags(),
                       **result}, indent=1))
 
 
