@@ -56,6 +56,22 @@ def test_scaled_dot_product_without_mask_matches_numpy():
     np.testing.assert_allclose(to_numpy(out), numpy_attention(q, k, v)[0], atol=1e-5)
 
 
+def test_one_key_takes_all_the_weight_without_a_warning():
+    """An empty source is EOS alone: one key. Its weight is 1 for every query (NumPy's softmax),
+    and Keras' warning about a softmax over one element is not raised."""
+    import warnings
+
+    rng = np.random.default_rng(2)
+    q = rng.normal(size=(2, 4, 3, 8)).astype("float32")
+    k, v = (rng.normal(size=(2, 4, 1, 8)).astype("float32") for _ in range(2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out, weights = ScaledDotProductAttention()(q, k, v)
+    ref_out, ref_weights = numpy_attention(q, k, v)
+    np.testing.assert_array_equal(to_numpy(weights), ref_weights)
+    np.testing.assert_allclose(to_numpy(out), ref_out, atol=1e-6)
+
+
 @pytest.mark.parametrize("dtype, atol", [("float32", 1e-5), ("bfloat16", 3e-2)])
 def test_scaled_dot_product_with_one_query_row_matches_numpy(dtype, atol):
     # One query row (a cached decoding step): on TensorFlow it takes BatchMatMulV3 and a

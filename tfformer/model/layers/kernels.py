@@ -138,6 +138,10 @@ def softmax(scores):
     kernel has a fixed cost per call that exceeds the five element-wise ops on such a row.
     Elsewhere the fused op is faster and has a fused gradient.
     """
+    if scores.shape[-1] == 1:
+        # One key (an empty source: EOS alone) takes all the weight. Keras' softmax would warn
+        # that a softmax over one element is always 1, which here is the point.
+        return ops.ones_like(scores)
     if ON_TENSORFLOW and _one_query_row(scores):
         exponentials = tf.exp(scores - tf.reduce_max(scores, axis=-1, keepdims=True))
         return exponentials / tf.reduce_sum(exponentials, axis=-1, keepdims=True)
