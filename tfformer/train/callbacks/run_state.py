@@ -72,7 +72,6 @@ class RunState(keras.callbacks.Callback):
         self._last_backup_step: int | None = None
         self._fit_start = self._batches_done = 0
         self._epoch = 0
-        self._resumed_epoch = True  # the next epoch is the first of a fit
         self._accumulation = 1
         self._writers: dict[str, Any] = {}
         self.tensorboard = importlib.util.find_spec("tensorflow") is not None
@@ -208,16 +207,15 @@ class RunState(keras.callbacks.Callback):
         self._fit_start = step
         self._accumulation = self.model.optimizer.gradient_accumulation_steps or 1
         self._batches_done = 0
-        self._resumed_epoch = True
         if self.writes and self.keep_initial_weights and step == 0 \
                 and self.state["weights"] is None:
             atomic_write(self.run.initial_weights, self.model.save_weights)
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
-        resumed, self._resumed_epoch = self._resumed_epoch, False
+        # Only the epoch a run resumes in can begin with its own mid-epoch backup committed.
         saved = self.state.get(EPOCH_METRICS)
-        if not resumed or not saved or saved["epoch"] != epoch + 1:
+        if not saved or saved["epoch"] != epoch + 1:
             return
         variables = self.model.metrics_variables
         shapes = [tuple(variable.shape) for variable in variables]
