@@ -76,6 +76,57 @@ def test_one_trace_serves_every_batch_size_and_length(search_model, search_sourc
                                   second.tokens.numpy())
 
 
+def test_a_search_called_eagerly_runs_one_graph_traced_once_per_model_and_options(
+        search_model, search_sources):
+    from tfformer.decode import search as search_module
+
+    in_graph = tf.function(lambda ids: beam_search(search_model, ids, 3, 0.6, EXTRA, n_best=3))
+    expected = in_graph(search_sources)
+    shapes = [search_sources, search_sources[1:3, :6], search_sources[:1], search_sources]
+    results = [beam_search(search_model, ids, 3, 0.6, EXTRA, n_best=3) for ids in shapes]
+    # The same tokens and scores as the search built into a caller's graph: the numbers of the
+    # export, not of the ops run one by one.
+    np.testing.assert_array_equal(results[0].tokens.numpy(), expected.tokens.numpy())
+    np.testing.assert_array_equal(results[0].scores.numpy(), expected.scores.numpy())
+    np.testing.assert_array_equal(results[3].tokens.numpy(), expected.tokens.numpy())
+    traced = [function for (search, model_id, *_), (_, function)
+              in search_module._TRACED.items()
+              if search is search_module._beam_search and model_id == id(search_model)]
+    assert len(traced) == 1  # options (3, 0.6, EXTRA, n_best 3) make one entry
+    # The first shape, then one that takes any: four calls of three shapes, two traces.
+    assert traced[0].experimental_get_tracing_count() == 2
+    beam_search(search_model, search_sources, 2, 0.6, EXTRA)  # other options: their own graph
+    assert sum(model_id == id(search_model) for _, model_id, *_ in search_module._TRACED) == 2
+
+
+def test_the_eager_search_cache_keeps_no_model_alive(search_sources):
+    import gc
+    import weakref
+
+    from tfformer import Transformer, TransformerConfig
+
+    model = Transformer(TransformerConfig(vocab_size=30, d_model=16, num_heads=2, d_ff=32,
+                                          num_encoder_layers=1, num_decoder_layers=1))
+    model.build()
+    greedy_search(model, search_sources, max_output_extra=2)
+    collected = weakref.ref(model)
+    del model
+    gc.collect()
+    assert collected() is None
+
+
+def test_run_functions_eagerly_runs_the_search_op_by_op_with_the_same_tokens(
+        search_model, search_sources):
+    graph = greedy_search(search_model, search_sources, max_output_extra=EXTRA)
+    tf.config.run_functions_eagerly(True)
+    try:
+        eager = greedy_search(search_model, search_sources, max_output_extra=EXTRA)
+    finally:
+        tf.config.run_functions_eagerly(False)
+    np.testing.assert_array_equal(eager.tokens.numpy(), graph.tokens.numpy())
+    np.testing.assert_allclose(eager.scores.numpy(), graph.scores.numpy(), atol=1e-4)
+
+
 def _loop_matmuls(graph_def) -> list:
     """The MatMul nodes of every while loop's body in a traced function's library."""
     bodies = {node.attr["body"].func.name for function in graph_def.library.function

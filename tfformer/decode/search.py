@@ -1,5 +1,6 @@
 """Greedy, sampling and beam search (§6.1) in TensorFlow graph ops, one `tf.while_loop`, no Python
-per step: the searches the SavedModel saves (stock TF Serving runs them, without XLA).
+per step: the searches the SavedModel saves (stock TF Serving runs them, without XLA). Called
+eagerly, a search runs that graph too, traced once per model and options (`_as_graph`).
 
 The encoder runs once. With `use_cache=True` (the default) the cross-attention keys/values are
 projected once and each step feeds only the newest token through the decoder, whose
@@ -16,6 +17,8 @@ log P(Y), not the tempered one.
 
 from __future__ import annotations
 
+import collections
+import weakref
 from typing import NamedTuple
 
 import tensorflow as tf
@@ -121,6 +124,43 @@ def _one_token_per_step(model, source_ids, max_output_extra, use_cache, no_repea
     return SearchResult(sequences[:, tf.newaxis, 1:], scores[:, tf.newaxis])
 
 
+# The searches called eagerly, traced once per model and static arguments: key -> (the model,
+# weakly; its tf.function). A few entries only, so that a program that makes many models does
+# not keep their graphs.
+_TRACED: collections.OrderedDict = collections.OrderedDict()
+_TRACED_ENTRIES = 8
+
+
+def _as_graph(search, model, tensors: tuple, static: dict) -> SearchResult:
+    """`search(model, *tensors, **static)`, as one graph.
+
+    Inside a tf.function (the Translator, the export) the search is built into the caller's
+    graph. Called eagerly, its tf.while_loop would run op by op through Keras' eager layer
+    calls (seconds for one sentence); instead it runs a tf.function traced once per model and
+    static arguments (`reduce_retracing`: a second input shape traces one that takes any),
+    whose numbers are the export's. `tf.config.run_functions_eagerly(True)` keeps it eager.
+    """
+    if not tf.executing_eagerly():
+        return search(model, *tensors, **static)
+    tensors = tuple(None if t is None else tf.convert_to_tensor(t) for t in tensors)
+    key = (search, id(model), tuple(sorted(static.items())),
+           tuple(None if t is None else t.dtype for t in tensors))
+    try:
+        hash(key)
+    except TypeError:  # a tensor where a Python number is expected (alpha): no key to trace by
+        return search(model, *tensors, **static)
+    entry = _TRACED.get(key)
+    if entry is None or entry[0]() is not model:
+        model_ref = weakref.ref(model)  # the cache must not keep a model alive
+        entry = _TRACED[key] = (model_ref, tf.function(
+            lambda *args: search(model_ref(), *args, **static), autograph=False,
+            reduce_retracing=True))
+        while len(_TRACED) > _TRACED_ENTRIES:
+            _TRACED.popitem(last=False)
+    _TRACED.move_to_end(key)
+    return entry[1](*tensors)
+
+
 # do_not_convert: the searches are graph ops (one tf.while_loop); a tf.function that calls them
 # traces them as they are, without autograph rewriting their Python (or the model's) on the way.
 @do_not_convert
@@ -140,6 +180,12 @@ def greedy_search(model, source_ids: tf.Tensor, max_output_extra: int = 50,
     Returns:
         SearchResult with n_best = 1; scores are log P(Y) (of the continuation of a prefix).
     """
+    return _as_graph(_greedy_search, model, (source_ids, prefix_ids), dict(
+        max_output_extra=max_output_extra, use_cache=use_cache, no_repeat_ngram=no_repeat_ngram))
+
+
+def _greedy_search(model, source_ids, prefix_ids, *, max_output_extra, use_cache,
+                   no_repeat_ngram) -> SearchResult:
     return _one_token_per_step(
         model, source_ids, max_output_extra, use_cache, no_repeat_ngram, prefix_ids,
         lambda log_probs, t: tf.argmax(log_probs, axis=-1, output_type=tf.int32))
@@ -162,6 +208,14 @@ def sample_search(model, source_ids: tf.Tensor, temperature: tf.Tensor, top_k: t
     Returns:
         SearchResult with n_best = 1; scores are the model's log P(Y) of the sample.
     """
+    return _as_graph(_sample_search, model,
+                     (source_ids, temperature, top_k, top_p, seeds, prefix_ids), dict(
+                         max_output_extra=max_output_extra, use_cache=use_cache,
+                         no_repeat_ngram=no_repeat_ngram))
+
+
+def _sample_search(model, source_ids, temperature, top_k, top_p, seeds, prefix_ids, *,
+                   max_output_extra, use_cache, no_repeat_ngram) -> SearchResult:
     temperature = tf.cast(temperature, tf.float32)
     top_k = tf.cast(top_k, tf.int32)
     top_p = tf.cast(top_p, tf.float32)
@@ -197,6 +251,14 @@ def beam_search(model, source_ids: tf.Tensor, beam_size: int = 4, alpha: float =
     k = beam_size
     if model.transformer_config.vocab_size < 2 * k:
         raise ValueError(f"beam_size {k} needs a vocabulary of at least {2 * k} ids")
+    return _as_graph(_beam_search, model, (source_ids, prefix_ids), dict(
+        beam_size=beam_size, alpha=alpha, max_output_extra=max_output_extra, n_best=n_best,
+        use_cache=use_cache, no_repeat_ngram=no_repeat_ngram))
+
+
+def _beam_search(model, source_ids, prefix_ids, *, beam_size, alpha, max_output_extra, n_best,
+                 use_cache, no_repeat_ngram) -> SearchResult:
+    k = beam_size
     source_ids = tf.cast(source_ids, tf.int32)
     batch = tf.shape(source_ids)[0]
     prefix = None if prefix_ids is None else Prefix(prefix_ids)
