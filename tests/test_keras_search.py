@@ -244,3 +244,19 @@ def test_a_search_takes_the_current_weights_and_compiles_once_per_shape(search_s
         np.testing.assert_allclose(three_scores, scores[:3], atol=1e-5)
         greedy_search(model, search_sources[:2], EXTRA)
         assert compiled._cache_size() == 2
+
+
+def test_a_compiled_search_keeps_no_model_alive(search_sources):
+    import gc
+    import weakref
+
+    from tfformer import Transformer, TransformerConfig
+
+    model = Transformer(TransformerConfig(vocab_size=30, d_model=16, num_heads=2, d_ff=32,
+                                          num_encoder_layers=1, num_decoder_layers=1))
+    model.build()
+    greedy_search(model, search_sources[:2], 2)
+    collected = weakref.ref(model)
+    del model
+    gc.collect()
+    assert collected() is None

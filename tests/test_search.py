@@ -89,14 +89,18 @@ def test_a_search_called_eagerly_runs_one_graph_traced_once_per_model_and_option
     np.testing.assert_array_equal(results[0].tokens.numpy(), expected.tokens.numpy())
     np.testing.assert_array_equal(results[0].scores.numpy(), expected.scores.numpy())
     np.testing.assert_array_equal(results[3].tokens.numpy(), expected.tokens.numpy())
-    traced = [function for (search, model_id, *_), (_, function)
-              in search_module._TRACED.items()
-              if search is search_module._beam_search and model_id == id(search_model)]
-    assert len(traced) == 1  # options (3, 0.6, EXTRA, n_best 3) make one entry
+    def traced(**options):
+        return [function for (search, model_id, static, _), (_, function)
+                in search_module._TRACED.items()
+                if search is search_module._beam_search and model_id == id(search_model)
+                and dict(static) | options == dict(static)]
+
+    [function] = traced(beam_size=3, alpha=0.6, max_output_extra=EXTRA, n_best=3)
     # The first shape, then one that takes any: four calls of three shapes, two traces.
-    assert traced[0].experimental_get_tracing_count() == 2
-    beam_search(search_model, search_sources, 2, 0.6, EXTRA)  # other options: their own graph
-    assert sum(model_id == id(search_model) for _, model_id, *_ in search_module._TRACED) == 2
+    assert function.experimental_get_tracing_count() == 2
+    beam_search(search_model, search_sources, 2, 0.3, EXTRA)  # other options: their own graph
+    [other] = traced(beam_size=2, alpha=0.3, max_output_extra=EXTRA, n_best=1)
+    assert other is not function and other.experimental_get_tracing_count() == 1
 
 
 def test_the_eager_search_cache_keeps_no_model_alive(search_sources):

@@ -185,10 +185,13 @@ def _compiled(model, key: tuple, loop: Callable, source_ids, prefix_ids):
         source_ids, prefix_ids = _padded_for_compilation(source_ids, prefix_ids)
         functions = _COMPILED.setdefault(model, {})
         if key not in functions:
-            variables = list(model.variables)
+            # Weakly: a value of _COMPILED that held its key would keep every model alive.
+            model_ref = weakref.ref(model)
 
             def stateless(values, source_ids, prefix_ids):
-                with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+                model = model_ref()
+                mapping = list(zip(model.variables, values))
+                with keras.StatelessScope(state_mapping=mapping):
                     return loop(model, source_ids, prefix_ids, *key[1:])
 
             functions[key] = jax.jit(stateless)
