@@ -103,6 +103,26 @@ def test_a_search_called_eagerly_runs_one_graph_traced_once_per_model_and_option
     assert other is not function and other.experimental_get_tracing_count() == 1
 
 
+def test_a_search_called_eagerly_reads_the_weights_the_model_has_now(search_model,
+                                                                       search_sources):
+    import keras
+
+    from tfformer import Transformer
+
+    model = Transformer.from_config(search_model.get_config())
+    model.build()
+    model.set_weights(search_model.get_weights())
+    before = greedy_search(model, search_sources, max_output_extra=EXTRA)
+    table = keras.ops.convert_to_numpy(model.embedding.embeddings)
+    model.embedding.embeddings.assign(table[::-1].copy())  # another model, the same variables
+    after = greedy_search(model, search_sources, max_output_extra=EXTRA)
+    expected = tf.function(lambda ids: greedy_search(model, ids, max_output_extra=EXTRA))(
+        search_sources)
+    assert not np.array_equal(after.scores.numpy(), before.scores.numpy())
+    np.testing.assert_array_equal(after.tokens.numpy(), expected.tokens.numpy())
+    np.testing.assert_array_equal(after.scores.numpy(), expected.scores.numpy())
+
+
 def test_the_eager_search_cache_keeps_no_model_alive(search_sources):
     import gc
     import weakref
