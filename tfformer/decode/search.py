@@ -18,6 +18,7 @@ log P(Y), not the tempered one.
 from __future__ import annotations
 
 import collections
+import threading
 import weakref
 from typing import NamedTuple
 
@@ -129,6 +130,7 @@ def _one_token_per_step(model, source_ids, max_output_extra, use_cache, no_repea
 # not keep their graphs.
 _TRACED: collections.OrderedDict = collections.OrderedDict()
 _TRACED_ENTRIES = 8
+_TRACED_LOCK = threading.Lock()
 
 
 def _as_graph(search, model, tensors: tuple, static: dict) -> SearchResult:
@@ -149,15 +151,16 @@ def _as_graph(search, model, tensors: tuple, static: dict) -> SearchResult:
         hash(key)
     except TypeError:  # a tensor where a Python number is expected (alpha): no key to trace by
         return search(model, *tensors, **static)
-    entry = _TRACED.get(key)
-    if entry is None or entry[0]() is not model:
-        model_ref = weakref.ref(model)  # the cache must not keep a model alive
-        entry = _TRACED[key] = (model_ref, tf.function(
-            lambda *args: search(model_ref(), *args, **static), autograph=False,
-            reduce_retracing=True))
-        while len(_TRACED) > _TRACED_ENTRIES:
-            _TRACED.popitem(last=False)
-    _TRACED.move_to_end(key)
+    with _TRACED_LOCK:  # threads may search at once
+        entry = _TRACED.get(key)
+        if entry is None or entry[0]() is not model:
+            model_ref = weakref.ref(model)  # the cache must not keep a model alive
+            entry = _TRACED[key] = (model_ref, tf.function(
+                lambda *args: search(model_ref(), *args, **static), autograph=False,
+                reduce_retracing=True))
+            while len(_TRACED) > _TRACED_ENTRIES:
+                _TRACED.popitem(last=False)
+        _TRACED.move_to_end(key)
     return entry[1](*tensors)
 
 
