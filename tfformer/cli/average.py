@@ -13,7 +13,7 @@ import argparse
 import logging
 import sys
 
-from tfformer.cli.console import start_logging
+from tfformer.cli.console import import_tensorflow, start_logging
 
 logger = logging.getLogger("tfformer.average")
 
@@ -29,6 +29,7 @@ def main(argv=None) -> int:
     if args.last < 1:
         parser.error("--last must be >= 1")
 
+    import_tensorflow()
     from tfformer import run
 
     try:

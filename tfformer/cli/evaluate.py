@@ -16,7 +16,7 @@ import logging
 import os
 import sys
 
-from tfformer.cli.console import DefaultsOnceFormatter, start_logging
+from tfformer.cli.console import DefaultsOnceFormatter, import_tensorflow, start_logging
 
 logger = logging.getLogger("tfformer.cli.evaluate")
 
@@ -45,6 +45,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     start_logging()
+    import_tensorflow()
     from tfformer.data.errors import DataError
     from tfformer.evaluate import (
         load_translate_batch,

@@ -23,7 +23,7 @@ import json
 import logging
 import sys
 
-from tfformer.cli.console import DefaultsOnceFormatter, start_logging
+from tfformer.cli.console import DefaultsOnceFormatter, import_tensorflow, start_logging
 from tfformer.export.ctranslate2 import QUANTIZATIONS
 from tfformer.model.precision import INFERENCE_PRECISIONS
 
@@ -95,6 +95,7 @@ def export_ctranslate2(args: argparse.Namespace) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     start_logging()
+    import_tensorflow()
     from tfformer import run
     from tfformer.export.ctranslate2 import CTranslate2ExportError
     from tfformer.export.saved_model import ExportError

@@ -13,7 +13,7 @@ import sys
 import threading
 from typing import Optional, Sequence
 
-from tfformer.cli.console import start_logging
+from tfformer.cli.console import import_tensorflow, start_logging
 from tfformer.serving.defaults import (
     DEFAULT_GRACE_SECONDS,
     DEFAULT_HOST,
@@ -109,6 +109,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _serve(args: argparse.Namespace, stop: threading.Event) -> int:
     """Starts the servers, prints where they listen, serves until `stop`; the exit status."""
+    import_tensorflow()
     from tfformer.serving.batching import BatchingParameters
     from tfformer.serving.server import start_server  # TensorFlow: not for --help
 

@@ -19,7 +19,12 @@ import logging
 import os
 import sys
 
-from tfformer.cli.console import DefaultsOnceFormatter, settings_arguments, start_logging
+from tfformer.cli.console import (
+    DefaultsOnceFormatter,
+    import_tensorflow,
+    settings_arguments,
+    start_logging,
+)
 from tfformer.train.settings import (  # no TensorFlow: --help stays quick
     Recipe,
     TrainingStopped,
@@ -89,6 +94,14 @@ def main(argv=None) -> int:
         args = parse_args(argv, recipe=args.recipe)
     start_logging()
     from tfformer import run
+    from tfformer.utils.backends import select_backend
+
+    try:
+        select_backend(args.settings.backend)
+    except (ValueError, ImportError) as error:
+        logger.error("%s", error)
+        return 2
+    import_tensorflow()
 
     try:
         result = run.train(args.out, args.config, args.settings, parse_overrides(args.set))

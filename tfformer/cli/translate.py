@@ -18,7 +18,7 @@ import logging
 import sys
 from typing import Iterator, Optional, Sequence
 
-from tfformer.cli.console import start_logging
+from tfformer.cli.console import import_tensorflow, start_logging
 from tfformer.contract import (
     ALIGN_SIGNATURE,
     DEFAULT_SIGNATURE,
@@ -153,6 +153,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     channel = None
     try:
         if args.saved_model:
+            import_tensorflow()
             import tensorflow as tf
 
             refused_in_process = (tf.errors.InvalidArgumentError,)

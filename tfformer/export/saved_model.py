@@ -89,7 +89,11 @@ def check_ops(export_dir: str | os.PathLike) -> set[str]:
 # export needs no tfformer, no Keras objects and no Python from this process. Reads
 # {signature: {input: [values]}} and answers {signature: {output: values}}.
 _FRESH_PROCESS_SCRIPT = """
-import json, sys
+import json, os, sys
+# Nor what TensorFlow's import loads for integrations a SavedModel never uses (Keras' plots,
+# TFLite's JAX converter): hidden, as the console scripts hide them.
+os.environ["KERAS_BACKEND"] = "tensorflow"
+sys.modules.update(matplotlib=None, jax=None)
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  registers the SentencePiece ops
 loaded = tf.saved_model.load(sys.argv[1])
