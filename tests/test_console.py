@@ -54,3 +54,21 @@ def test_on_another_backend_nothing_is_imported(tmp_path):
     (tmp_path / "keras-home" / "keras.json").write_text(json.dumps({"backend": "jax"}))
     assert report(tmp_path) == {"backend": "jax", "imported": []}
     assert report(tmp_path, KERAS_BACKEND="tensorflow")["imported"] == ["keras", "tensorflow"]
+
+
+def test_without_tensorflow_installed_nothing_is_imported(tmp_path):
+    """On a machine with JAX only (the GPU machine), where Keras' default backend cannot load:
+    the script goes on as it would have, to its own error if it needs TensorFlow."""
+    script = ("import importlib.util, sys\n"
+              "find_spec = importlib.util.find_spec\n"
+              "importlib.util.find_spec = lambda name, *args: (\n"
+              "    None if name == 'tensorflow' else find_spec(name, *args))\n"
+              "from tfformer.cli.console import import_tensorflow\n"
+              "import_tensorflow()\n"
+              "print('IMPORTED', sorted(n for n in ('tensorflow', 'keras', 'jax')\n"
+              "                         if n in sys.modules))\n")
+    environment = {name: value for name, value in os.environ.items() if name != "KERAS_BACKEND"}
+    result = subprocess.run([sys.executable, "-c", script], env={**environment, "PYTHONPATH": ROOT},
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "IMPORTED []" in result.stdout

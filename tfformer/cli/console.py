@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
 import logging
 import os
@@ -95,9 +96,10 @@ def keras_backend_to_be() -> str:
 
 def import_tensorflow() -> None:
     """Imports TensorFlow (and with it Keras) when Keras will run on TensorFlow, without the
-    packages of HIDDEN_AT_TENSORFLOW_IMPORT; otherwise (the JAX backend, or TensorFlow already
-    imported) does nothing. Call once the script's backend is chosen."""
-    if "tensorflow" in sys.modules or keras_backend_to_be() != "tensorflow":
+    packages of HIDDEN_AT_TENSORFLOW_IMPORT; otherwise (the JAX backend, TensorFlow already
+    imported or not installed) does nothing. Call once the script's backend is chosen."""
+    if "tensorflow" in sys.modules or keras_backend_to_be() != "tensorflow" \
+            or importlib.util.find_spec("tensorflow") is None:
         return
     hidden = [name for name in HIDDEN_AT_TENSORFLOW_IMPORT if name not in sys.modules]
     for name in hidden:

@@ -16,7 +16,7 @@ import json
 import logging
 import sys
 
-from tfformer.cli.console import DefaultsOnceFormatter, start_logging
+from tfformer.cli.console import DefaultsOnceFormatter, import_tensorflow, start_logging
 from tfformer.train.settings import DEFAULT_VOCAB_SAMPLE, TrainSettings
 
 logger = logging.getLogger("tfformer.cli.prepare")
@@ -45,6 +45,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     start_logging()
+    import_tensorflow()
     from tfformer.data.errors import DataError
     from tfformer.train.prepare import prepare_store
 
