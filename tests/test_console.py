@@ -11,8 +11,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 REPORT = """
 import json, sys
-from tfformer.cli.console import import_tensorflow, keras_backend_to_be
-backend = keras_backend_to_be()
+from tfformer.cli.console import import_tensorflow
+from tfformer.utils.backends import chosen_backend
+backend = chosen_backend()
 import_tensorflow()
 report = {"backend": backend,
           "imported": sorted(name for name in ("tensorflow", "keras", "matplotlib", "jax")

@@ -6,12 +6,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
-import json
 import logging
 import os
 import sys
 import types
 import typing
+
+from tfformer.utils.backends import chosen_backend
 
 LOG_FORMAT = "%(asctime)s %(name)s: %(message)s"
 
@@ -71,34 +72,16 @@ def start_logging(level: int | str = logging.INFO, log_format: str = LOG_FORMAT)
 # Installed packages that `import tensorflow` loads for integrations no console script uses:
 # Keras' image-gallery plot imports matplotlib.pyplot, and TFLite's converter imports jax. Both
 # imports are guarded (ImportError turns the integration off), so a script hides the packages
-# while TensorFlow imports and starts ~0.8 CPU-s sooner. Imported later (the training history's
-# plot), they load as usual.
+# while TensorFlow imports and starts sooner. Imported later (the training history's plot),
+# they load as usual.
 HIDDEN_AT_TENSORFLOW_IMPORT = ("matplotlib", "jax")
-
-
-def keras_backend_to_be() -> str:
-    """The backend Keras will take when first imported, read as Keras reads it: KERAS_BACKEND,
-    else the `backend` of its keras.json (in KERAS_HOME, else ~/.keras, else /tmp/.keras),
-    else TensorFlow."""
-    if "keras" in sys.modules:
-        return sys.modules["keras"].backend.backend()
-    if "KERAS_BACKEND" in os.environ:
-        return os.environ["KERAS_BACKEND"]
-    home = os.path.expanduser("~")
-    directory = os.environ.get("KERAS_HOME") or os.path.join(
-        home if os.access(home, os.W_OK) else "/tmp", ".keras")
-    try:
-        with open(os.path.join(directory, "keras.json")) as f:
-            return json.load(f).get("backend", "tensorflow")
-    except (OSError, ValueError, AttributeError):
-        return "tensorflow"
 
 
 def import_tensorflow() -> None:
     """Imports TensorFlow (and with it Keras) when Keras will run on TensorFlow, without the
     packages of HIDDEN_AT_TENSORFLOW_IMPORT; otherwise (the JAX backend, TensorFlow already
     imported or not installed) does nothing. Call once the script's backend is chosen."""
-    if "tensorflow" in sys.modules or keras_backend_to_be() != "tensorflow" \
+    if "tensorflow" in sys.modules or chosen_backend() != "tensorflow" \
             or importlib.util.find_spec("tensorflow") is None:
         return
     hidden = [name for name in HIDDEN_AT_TENSORFLOW_IMPORT if name not in sys.modules]

@@ -97,13 +97,8 @@ def main(argv=None) -> int:
     from tfformer.utils.backends import select_backend
 
     try:
-        select_backend(args.settings.backend)
-    except (ValueError, ImportError) as error:
-        logger.error("%s", error)
-        return 2
-    import_tensorflow()
-
-    try:
+        select_backend(args.settings.backend)  # before TensorFlow's import, which loads Keras
+        import_tensorflow()
         result = run.train(args.out, args.config, args.settings, parse_overrides(args.set))
     except (ValueError, FileNotFoundError, ImportError) as error:
         logger.error("%s", error)

@@ -8,6 +8,7 @@ Keras runs, or for one whose package is missing, is an error that says what to d
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
 
@@ -15,8 +16,26 @@ import sys
 BACKENDS = {"tensorflow": ("tensorflow", None), "jax": ("jax", "jax")}
 
 
+def chosen_backend() -> str:
+    """The backend Keras runs on, or, before anything imports Keras, the one it will take, read
+    as Keras reads it: KERAS_BACKEND, else the `backend` of its keras.json (in KERAS_HOME, else
+    ~/.keras, else /tmp/.keras), else TensorFlow. Imports nothing."""
+    if "keras" in sys.modules:
+        return sys.modules["keras"].backend.backend()
+    if "KERAS_BACKEND" in os.environ:
+        return os.environ["KERAS_BACKEND"]
+    home = os.path.expanduser("~")
+    directory = os.environ.get("KERAS_HOME") or os.path.join(
+        home if os.access(home, os.W_OK) else "/tmp", ".keras")
+    try:
+        with open(os.path.join(directory, "keras.json")) as f:
+            return json.load(f).get("backend", "tensorflow")
+    except (OSError, ValueError, AttributeError):
+        return "tensorflow"
+
+
 def select_backend(name: str | None) -> str:
-    """Makes `name` this process's Keras backend (None: KERAS_BACKEND's, else TensorFlow);
+    """Makes `name` this process's Keras backend (None: the one Keras takes, `chosen_backend`);
     returns the backend in use.
 
     Raises:
@@ -24,9 +43,7 @@ def select_backend(name: str | None) -> str:
         ImportError: the backend's package is not installed (naming the extra to install).
     """
     if name is None:
-        if "keras" in sys.modules:
-            return sys.modules["keras"].backend.backend()
-        return os.environ.get("KERAS_BACKEND", "tensorflow")
+        return chosen_backend()
     if name not in BACKENDS:
         raise ValueError(f"backend must be one of {sorted(BACKENDS)}, got {name!r}")
     package, extra = BACKENDS[name]
