@@ -10,6 +10,7 @@ from tfformer import Transformer, TransformerConfig
 from tfformer.contract import saved_model_dir
 from tfformer.train.callbacks import KeepLastCheckpoints
 from tfformer.train.checkpoints import (
+    WeightsWriter,
     average_checkpoints,
     average_last,
     backup_name,
@@ -52,6 +53,49 @@ def test_keep_last_checkpoints_prunes_older_files(tmp_path):
         callback.on_epoch_end(epoch, {})
     assert [os.path.basename(p) for p in list_checkpoints(str(tmp_path))] == [
         "ckpt-00003.weights.h5", "ckpt-00004.weights.h5"]
+
+
+def test_weights_writer_saves_a_step_once_and_links_its_second_file(tmp_path, monkeypatch):
+    model = small_model()
+    saves = []
+    save_weights = model.save_weights
+    monkeypatch.setattr(model, "save_weights", lambda path: (saves.append(path),
+                                                             save_weights(path)))
+    writer = WeightsWriter()
+    checkpoint, backup = str(tmp_path / "ckpt.weights.h5"), str(tmp_path / "b" / "s.weights.h5")
+    writer.write(model, checkpoint, 3)
+    writer.write(model, backup, 3)  # the epoch's backup: the same step
+    assert len(saves) == 1 and os.path.samefile(checkpoint, backup)
+    assert not [name for name in os.listdir(tmp_path / "b") if name.startswith(".tmp-")]
+    # Either name alone keeps the weights: removing the checkpoint leaves the backup whole.
+    expected = model.get_weights()
+    os.remove(checkpoint)
+    other = small_model()
+    other.load_weights(backup)
+    for got, want in zip(other.get_weights(), expected):
+        np.testing.assert_array_equal(got, want)
+    # Another step is saved anew, as is a step whose file is gone, and a model without a step.
+    later = str(tmp_path / "later.weights.h5")
+    writer.write(model, later, 4)
+    assert len(saves) == 2 and not os.path.samefile(later, backup)
+    os.remove(later)
+    writer.write(model, str(tmp_path / "again.weights.h5"), 4)
+    writer.write(model, str(tmp_path / "x.weights.h5"), None)
+    writer.write(model, str(tmp_path / "y.weights.h5"), None)
+    assert len(saves) == 5
+    # Where the file system has no hard links: a copy of the same bytes, still saved once.
+    def no_links(source, destination):
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", no_links)
+    writer.write(model, str(tmp_path / "copy.weights.h5"), None)
+    writer.write(model, str(tmp_path / "copy2.weights.h5"), None)
+    writer.write(model, str(tmp_path / "first.weights.h5"), 5)
+    writer.write(model, str(tmp_path / "second.weights.h5"), 5)
+    assert len(saves) == 8
+    assert (tmp_path / "second.weights.h5").read_bytes() == \
+        (tmp_path / "first.weights.h5").read_bytes()
+    assert not os.path.samefile(tmp_path / "first.weights.h5", tmp_path / "second.weights.h5")
 
 
 def test_average_last_takes_the_newest_and_warns_when_there_are_fewer(tmp_path, caplog):

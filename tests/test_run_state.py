@@ -185,6 +185,9 @@ def test_run_api_trains_and_resumes_from_python(tmp_path):
         (1, 2), (2, 4)]
     model = keras.models.load_model(first.run_dir.model)
     assert int(model.optimizer.iterations) == 4
+    # The epoch's checkpoint and its backup hold one step's weights: one file, saved once.
+    backup = out / "backup" / json.loads((out / "backup" / "state.json").read_text())["weights"]
+    assert os.path.samefile(backup, out / "checkpoints" / "ckpt-00002.weights.h5")
     with pytest.raises(ValueError, match="d_ff: 32 -> 64"):
         run.train(out, "tiny", small_settings(steps=6), {**SMALL_ARCHITECTURE, "d_ff": 64})
     averaged = run.average(out, last=2)

@@ -363,10 +363,11 @@ def test_a_full_disk_ends_the_run_in_one_line_and_the_rerun_resumes(tmp_path):
 
     rerun = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env())
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    # Resumed from the backup written before the disk filled (initial weights, step 1, then
-    # the write that failed), not from the start.
-    assert "starting at step 1 of 6" in rerun.stderr, rerun.stderr[-3000:]
-    assert "skipping the 1 batch(es) trained on before this resume" in rerun.stderr
+    # Resumed from the last backup before the disk filled, not from the start: the writes were
+    # step 1's backup, epoch 1's checkpoint (step 2's backup links to it, no write), then step
+    # 3's backup, which failed.
+    assert "starting at step 2 of 6" in rerun.stderr, rerun.stderr[-3000:]
+    assert "skipping the 2 batch(es) trained on before this resume" in rerun.stderr
     model = keras.models.load_model(out / "model.keras")
     assert int(model.optimizer.iterations) == 6
     with open(out / "metrics.csv") as f:

@@ -81,7 +81,8 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
     logger.info("%s", budget.describe())
     model = steps.build_model(config, settings, placement, backend, warmup)
     callbacks = steps.make_callbacks(settings, run, data, batches, config.max_length, backend,
-                                     placement.chief, budget, history=run_state.history)
+                                     placement.chief, budget, history=run_state.history,
+                                     weights=run_state.weights)
     step = steps.fit(model, batches, run_state, budget, callbacks, placement, settings.verbose)
     steps.finish(model, run, step, budget, callbacks, settings, placement.chief,
                  history=run_state.history)

@@ -6,6 +6,9 @@
 The backups' writing and committing stay in RunState: the weights file and the state.json that
 names it are one commit, and splitting that protocol over two modules would hide the order that
 makes it crash-safe. Their file names are defined here, beside the checkpoints'.
+
+At an epoch's end the checkpoint and the backup hold the same weights and optimizer state: one
+`WeightsWriter` saves them once and links the second name to the first file.
 """
 
 from __future__ import annotations
@@ -13,12 +16,14 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import shutil
 from typing import Sequence
 
 import keras
 import numpy as np
 
 from tfformer.utils.checks import check_at_least
+from tfformer.utils.files import atomic_write
 from tfformer.utils.run_dir import RunDir
 
 logger = logging.getLogger(__name__)
@@ -35,6 +40,47 @@ def checkpoint_name(epoch: int) -> str:
 def backup_name(step: int) -> str:
     """The file name of the backup of optimizer step `step`."""
     return f"step-{step:09d}.weights.h5"
+
+
+class WeightsWriter:
+    """Writes `model.save_weights` files atomically, saving the weights of an optimizer step
+    once: a second file of the step it saved last is a hard link to that file (the same bytes,
+    no second write of the weights and optimizer state and no second copy on disk), or a copy
+    where the file system has no hard links.
+
+    The files are never rewritten in place (each write replaces a whole file), so deleting one
+    name of a linked pair leaves the other intact. Under JAX, saving is a collective: every
+    process must decide to save or reuse alike, so the decision rests on the step alone.
+    """
+
+    def __init__(self):
+        self._last: tuple[int, str] | None = None  # (step, path) of the last save
+
+    def saved(self, step: int | None) -> bool:
+        """Whether this writer saved the weights of `step` last (a write of it will reuse)."""
+        return step is not None and self._last is not None and self._last[0] == step
+
+    def write(self, model: keras.Model, path: str, step: int | None) -> None:
+        """Writes `model`'s weights at optimizer step `step` to `path`, atomically (None: a
+        model without an optimizer, saved every time)."""
+        if self.saved(step):
+            source = self._last[1]
+            try:
+                atomic_write(path, lambda temporary: _link_or_copy(source, temporary))
+                return
+            except FileNotFoundError:  # removed since: save it again
+                pass
+        atomic_write(path, model.save_weights)
+        self._last = (step, os.path.abspath(path))
+
+
+def _link_or_copy(source: str, destination: str) -> None:
+    try:
+        os.link(source, destination)
+    except FileNotFoundError:
+        raise
+    except OSError:  # no hard links here (another file system, or none supported)
+        shutil.copyfile(source, destination)
 
 
 def list_checkpoints(directory: str) -> list[str]:

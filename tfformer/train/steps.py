@@ -37,6 +37,7 @@ from tfformer.train.callbacks import (
     StopOnNaN,
     early_stop,
 )
+from tfformer.train.checkpoints import WeightsWriter
 from tfformer.train.devices import Placement
 from tfformer.train.fit import fit_resumable
 from tfformer.train.settings import Budget, TrainingStopped, TrainSettings
@@ -215,15 +216,17 @@ class Callbacks:
 
 def make_callbacks(settings: TrainSettings, run: RunDir, data: RunData,
                    batches: RunBatches, max_length: int, backend: str, chief: bool,
-                   budget: Budget, history: Sequence[dict] = ()) -> Callbacks:
+                   budget: Budget, history: Sequence[dict] = (),
+                   weights: WeightsWriter | None = None) -> Callbacks:
     """Stop on NaN, keep the last epoch checkpoints, log the stream's counters and batch
     shapes; dev BLEU on the chief when `dev_sentences`, and with `patience` the best weights kept
     and the stop it decides (from the run's `history` so far); a deadline when the budget has
-    one."""
+    one. `weights`: the run state's writer (`RunState.weights`), so that an epoch's checkpoint
+    and backup are saved once."""
     batch_shapes = LogBatchShapes(batches.stats, backend)
     callbacks = [
         StopOnNaN(),
-        KeepLastCheckpoints(run.checkpoints, keep=settings.keep_checkpoints),
+        KeepLastCheckpoints(run.checkpoints, keep=settings.keep_checkpoints, weights=weights),
         LogDataCounters(batches.counters, settings.pack_length or max_length),
         batch_shapes,
         LogThroughput(batches.stats, backend),

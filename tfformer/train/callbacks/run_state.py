@@ -14,7 +14,7 @@ from typing import Any
 import keras
 import numpy as np
 
-from tfformer.train.checkpoints import backup_name, list_backups
+from tfformer.train.checkpoints import WeightsWriter, backup_name, list_backups
 from tfformer.train.state import (
     STATE_FILENAME,
     history_csv,
@@ -53,6 +53,9 @@ class RunState(keras.callbacks.Callback):
             `run_dir/initial.weights.h5` (once per run).
         writes: False for a JAX process other than process 0: it resumes from process 0's
             backup in `run_dir` (all processes then start at one step) and writes nothing.
+
+    `weights`: its WeightsWriter, to share with KeepLastCheckpoints: an epoch's backup is then a
+    link to the epoch's checkpoint, saved once.
     """
 
     def __init__(self, run_dir: str, backup_every: int, keep_initial_weights: bool = False,
@@ -65,6 +68,7 @@ class RunState(keras.callbacks.Callback):
         self.backup_every = backup_every
         self.keep_initial_weights = keep_initial_weights
         self.writes = writes
+        self.weights = WeightsWriter()
         for directory in (run_dir, self.backup_dir) if writes else ():
             for name in remove_temporaries(directory):
                 logger.info("removed %s, left by a write that was killed", name)
@@ -134,16 +138,18 @@ class RunState(keras.callbacks.Callback):
     def _commit(self, step: int, history: list[dict], mid_epoch: bool = False) -> None:
         """Backs up `step`; `mid_epoch`: with the running metrics of the epoch under way."""
         if not self.writes:
-            # Process 0 saves the step's weights here. Under JAX, syncing the state into the
-            # model and gathering the weights are collectives that every process must take at
-            # the same point: this one saves them too, where nothing keeps them.
-            with tempfile.TemporaryDirectory() as scratch:
-                self.model.save_weights(os.path.join(scratch, backup_name(step)))
+            # Process 0 saves the step's weights here (unless its writer saved this step
+            # already, as this process's did). Under JAX, syncing the state into the model and
+            # gathering the weights are collectives that every process must take at the same
+            # point: this one saves them too, where nothing keeps them.
+            if not self.weights.saved(step):
+                with tempfile.TemporaryDirectory() as scratch:
+                    self.weights.write(self.model, os.path.join(scratch, backup_name(step)), step)
             self.state = {**self.state, "step": step, "history": history}
             self._last_backup_step = step
             return
         name = backup_name(step)
-        atomic_write(os.path.join(self.backup_dir, name), self.model.save_weights)
+        self.weights.write(self.model, os.path.join(self.backup_dir, name), step)
         state = {"step": step, "weights": name, "history": history}
         if mid_epoch:  # read after save_weights, which synced the model's state under JAX
             state[EPOCH_METRICS] = {"epoch": self._epoch + 1, "values": [
