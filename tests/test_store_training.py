@@ -199,6 +199,9 @@ def test_patience_stops_after_k_evaluations_without_a_better_dev_bleu_and_keeps_
     kept.load_weights(out / "best.weights.h5")
     for a, b in zip(best_model.get_weights(), kept.get_weights(), strict=True):
         np.testing.assert_array_equal(a, b)
+    # The best epoch's weights were saved once: its checkpoint, still among the last 5.
+    assert os.path.samefile(out / "best.weights.h5",
+                            out / "checkpoints" / f"ckpt-{best + 1:05d}.weights.h5")
 
     again = subprocess.run(command(store, out, *flags), env=run_env(), capture_output=True,
                            text=True, timeout=600)

@@ -221,8 +221,8 @@ def make_callbacks(settings: TrainSettings, run: RunDir, data: RunData,
     """Stop on NaN, keep the last epoch checkpoints, log the stream's counters and batch
     shapes; dev BLEU on the chief when `dev_sentences`, and with `patience` the best weights kept
     and the stop it decides (from the run's `history` so far); a deadline when the budget has
-    one. `weights`: the run state's writer (`RunState.weights`), so that an epoch's checkpoint
-    and backup are saved once."""
+    one. `weights`: the run state's writer (`RunState.weights`), so that an epoch's checkpoint,
+    backup and best weights are saved once."""
     batch_shapes = LogBatchShapes(batches.stats, backend)
     callbacks = [
         StopOnNaN(),
@@ -237,7 +237,7 @@ def make_callbacks(settings: TrainSettings, run: RunDir, data: RunData,
                                  beam_size=settings.dev_beam_size))
     early_stop = None
     if settings.patience is not None and chief:
-        early_stop = KeepBestDevBleu(run, settings.patience, list(history))
+        early_stop = KeepBestDevBleu(run, settings.patience, list(history), weights=weights)
         callbacks.append(early_stop)
     stop_at_time = None
     if budget.deadline is not None:

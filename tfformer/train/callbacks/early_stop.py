@@ -13,7 +13,9 @@ import math
 
 import keras
 
-from tfformer.utils.files import atomic_write, atomic_write_text
+from tfformer.train.checkpoints import WeightsWriter
+from tfformer.train.state import optimizer_step
+from tfformer.utils.files import atomic_write_text
 from tfformer.utils.run_dir import RunDir
 
 logger = logging.getLogger(__name__)
@@ -44,14 +46,18 @@ class KeepBestDevBleu(keras.callbacks.Callback):
         run: the run directory.
         patience: K.
         history: the finished epochs' rows before this start (RunState's).
+        weights: the run's writer (`RunState.weights`): the best weights are then a hard link
+            to the epoch's checkpoint, saved once; None: one of its own.
 
     Attributes:
         stopped: whether it stopped training.
     """
 
-    def __init__(self, run: RunDir, patience: int, history: list[dict]):
+    def __init__(self, run: RunDir, patience: int, history: list[dict],
+                 weights: WeightsWriter | None = None):
         super().__init__()
         self.run, self.patience = run, patience
+        self.weights = weights or WeightsWriter()
         self.history = list(history)
         self.stopped = False
 
@@ -62,7 +68,7 @@ class KeepBestDevBleu(keras.callbacks.Callback):
         self.history.append({"epoch": epoch + 1, METRIC: float(logs[METRIC])})
         best, since = best_and_since(self.history)
         if best is not before:
-            atomic_write(self.run.best_weights, self.model.save_weights)
+            self.weights.write(self.model, self.run.best_weights, optimizer_step(self.model))
             logger.info("epoch %d: best dev BLEU so far (%.2f), kept in %s", epoch + 1,
                         best[METRIC], self.run.best_weights)
         elif since >= self.patience:
