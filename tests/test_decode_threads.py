@@ -1,0 +1,53 @@
+"""benchmarks/decode_threads.py: its thread settings and how it pairs runs by round (its full
+run is benchmarks/results/decode_threads.json)."""
+
+import importlib.util
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location(
+        "decode_threads", os.path.join(ROOT, "benchmarks", "decode_threads.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def formats_row(search, batch, ratio, ms):
+    return {"preset": "tiny", "search": search, "batch": batch, "savedmodel-fp32": {
+        "median_ms": ms}, "over_ctranslate2_fp32": {"savedmodel-fp32": ratio}}
+
+
+def test_settings_set_both_pools_or_neither(bench, monkeypatch):
+    monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "7")
+    assert "TF_NUM_INTRAOP_THREADS" not in bench.environment("default")
+    env = bench.environment("1/2")
+    assert (env["TF_NUM_INTRAOP_THREADS"], env["TF_NUM_INTEROP_THREADS"]) == ("1", "2")
+    for bad in ("0/1", "1", "a/b", "1/-1"):
+        with pytest.raises(ValueError, match=f"got '{bad}'"):
+            bench.environment(bad)
+
+
+def test_summary_pairs_each_setting_with_the_first_of_its_round(bench):
+    # Round 1 ran on a slower machine: both settings' ratios to CTranslate2 moved, not their
+    # ratio to each other.
+    runs = [
+        {"round": 0, "setting": "default", "formats": [formats_row("greedy", 1, 1.2, 44.0)]},
+        {"round": 0, "setting": "1/1", "formats": [formats_row("greedy", 1, 0.6, 22.0)]},
+        {"round": 1, "setting": "default", "formats": [formats_row("greedy", 1, 1.6, 60.0)]},
+        {"round": 1, "setting": "1/1", "formats": [formats_row("greedy", 1, 1.2, 40.0)]},
+        {"round": 2, "setting": "default", "formats": [formats_row("greedy", 1, 1.0, 40.0)]},
+        {"round": 2, "setting": "1/1", "formats": [formats_row("greedy", 1, 0.7, 30.0)]},
+    ]
+    summary = {row["setting"]: row for row in bench.summarize(runs)}
+    assert summary["default"]["time_over_default"] == 1.0
+    # Per round 0.5, 0.75, 0.7: the median; the medians of the ratios and times alike.
+    assert summary["1/1"]["time_over_default"] == 0.7
+    assert summary["1/1"]["over_ctranslate2_fp32"] == 0.7
+    assert summary["1/1"]["savedmodel_fp32_ms"] == 30.0 and summary["1/1"]["rounds"] == 3
+    assert {row["search"] for row in summary.values()} == {"greedy"}
