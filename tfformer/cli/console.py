@@ -12,7 +12,7 @@ import sys
 import types
 import typing
 
-from tfformer.utils.backends import chosen_backend
+from tfformer.utils.backends import HIDDEN_AT_TENSORFLOW_IMPORT, chosen_backend
 
 LOG_FORMAT = "%(asctime)s %(name)s: %(message)s"
 
@@ -69,18 +69,12 @@ def start_logging(level: int | str = logging.INFO, log_format: str = LOG_FORMAT)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-# Installed packages that `import tensorflow` loads for integrations no console script uses:
-# Keras' image-gallery plot imports matplotlib.pyplot, and TFLite's converter imports jax. Both
-# imports are guarded (ImportError turns the integration off), so a script hides the packages
-# while TensorFlow imports and starts sooner. Imported later (the training history's plot),
-# they load as usual.
-HIDDEN_AT_TENSORFLOW_IMPORT = ("matplotlib", "jax")
-
 
 def import_tensorflow() -> None:
     """Imports TensorFlow (and with it Keras) when Keras will run on TensorFlow, without the
-    packages of HIDDEN_AT_TENSORFLOW_IMPORT; otherwise (the JAX backend, TensorFlow already
-    imported or not installed) does nothing. Call once the script's backend is chosen."""
+    packages of HIDDEN_AT_TENSORFLOW_IMPORT, which import as usual afterwards (the training
+    history's plot); otherwise (the JAX backend, TensorFlow already imported or not installed)
+    does nothing. Call once the script's backend is chosen."""
     if "tensorflow" in sys.modules or chosen_backend() != "tensorflow" \
             or importlib.util.find_spec("tensorflow") is None:
         return

@@ -43,6 +43,7 @@ from tfformer.contract import (
 )
 from tfformer.decode.translator import Translator
 from tfformer.export.warmup import warmup_requests, write_warmup_requests
+from tfformer.utils.backends import HIDDEN_AT_TENSORFLOW_IMPORT
 
 # Sentences of each warmup request (the first check sentences): a short request per signature
 # is enough for TF Serving to run each one once before it serves.
@@ -88,12 +89,13 @@ def check_ops(export_dir: str | os.PathLike) -> set[str]:
 # Runs in a fresh interpreter that imports only tensorflow and tensorflow_text: proves the
 # export needs no tfformer, no Keras objects and no Python from this process. Reads
 # {signature: {input: [values]}} and answers {signature: {output: values}}.
-_FRESH_PROCESS_SCRIPT = """
+_FRESH_PROCESS_SCRIPT = f"""
 import json, os, sys
-# Nor what TensorFlow's import loads for integrations a SavedModel never uses (Keras' plots,
-# TFLite's JAX converter): hidden, as the console scripts hide them.
+# Nor what TensorFlow's import loads for integrations a SavedModel never uses: hidden, as the
+# console scripts hide them.
 os.environ["KERAS_BACKEND"] = "tensorflow"
-sys.modules.update(matplotlib=None, jax=None)
+sys.modules.update(dict.fromkeys({HIDDEN_AT_TENSORFLOW_IMPORT!r}))
+""" + """
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  registers the SentencePiece ops
 loaded = tf.saved_model.load(sys.argv[1])

@@ -15,6 +15,12 @@ import sys
 # Backend -> (the package it needs, the tfformer extra that installs it).
 BACKENDS = {"tensorflow": ("tensorflow", None), "jax": ("jax", "jax")}
 
+# Installed packages that `import tensorflow` loads for integrations tfformer never uses: Keras'
+# image-gallery plot imports matplotlib.pyplot, and TFLite's converter imports jax. Both imports
+# are guarded (ImportError turns the integration off), so the console scripts and the export's
+# fresh-process check hide the packages while TensorFlow imports and start sooner.
+HIDDEN_AT_TENSORFLOW_IMPORT = ("matplotlib", "jax")
+
 
 def chosen_backend() -> str:
     """The backend Keras runs on, or, before anything imports Keras, the one it will take, read
