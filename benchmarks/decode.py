@@ -9,8 +9,9 @@ in process vs through gRPC (the local TF Serving stand-in, official stub), and o
 The "formats" rows time, for each search (greedy; beam 4 with length penalty 0.6) and batch,
 `tfformer-export`'s SavedModel in float32 and with `--precision bf16`, and
 `tfformer-export --format ctranslate2`'s model with float32 and int8 weights (CTranslate2 with
-`--threads` intra-op threads), called in turn round after round; `over_ctranslate2_fp32` is each
-one's median time over CTranslate2 fp32's. Every row names the CPU's matmul flags (`cpu_flags`:
+`--threads` intra-op threads, each model in a process of its own: `ct2_process.py`), called in
+turn round after round; `over_ctranslate2_fp32` is each one's median time over CTranslate2
+fp32's. Every row names the CPU's matmul flags (`cpu_flags`:
 AVX2, AVX-512, AVX512_BF16, AMX) and whether TensorFlow runs oneDNN (`onednn`, and the
 `TF_ENABLE_ONEDNN_OPTS` it was given): they set each format's speed. An AVX2-only CPU's
 kernels, on a CPU with AVX-512:
@@ -35,6 +36,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -42,10 +44,9 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 OUTPUT_TOKENS = 64
-# Between two formats' calls: the threads of the one timed before must be asleep. Intel's
-# OpenMP (CTranslate2's MKL) spins its threads for 200 ms after each parallel region
-# (KMP_BLOCKTIME) and TensorFlow's Eigen pool spins too; a spinning pool takes the cores of
-# the next call.
+# Between two formats' calls: the threads of the one timed before must be asleep. OpenMP
+# threads (CTranslate2's, in its own process) and TensorFlow's Eigen pool spin a while after
+# each call; a spinning pool takes the cores of the next call.
 SETTLE_SECONDS = 0.3
 SENTENCE = "Los tres perros rojos comen manzanas verdes debajo de la mesa."
 
@@ -196,13 +197,13 @@ def format_comparison(preset: str, model, tokenizer, extra: int, batches, reps: 
     """Each search (greedy, beam 4 with length penalty 0.6) and batch size, every format called
     in turn: median ms for OUTPUT_TOKENS output tokens, and each format's time over
     CTranslate2 fp32's."""
-    import ctranslate2
     import sentencepiece
     import tensorflow as tf
+    from ct2_process import CT2Process
     from tensorflow.python.util import _pywrap_util_port
 
     from tfformer.decode.translator import Translator, in_precision
-    from tfformer.export.ctranslate2 import TRANSLATE_OPTIONS, export_ctranslate2
+    from tfformer.export.ctranslate2 import TRANSLATE_OPTIONS
     from tfformer.export.saved_model import export_saved_model
     from tfformer.utils.cpu import matmul_flags
 
@@ -222,12 +223,16 @@ def format_comparison(preset: str, model, tokenizer, extra: int, batches, reps: 
         os.makedirs(run)
         model.save(os.path.join(run, "model.keras"))
         tokenizer.save(os.path.join(run, "tokenizer.model"))
+        # Each CTranslate2 model in a process of its own, without TensorFlow (ct2_process.py:
+        # in one process with it, or with each other, they decode slower).
+        # Exported by tfformer-export, whose check loads each in CTranslate2: not here.
         translators = {}
         for quantization in ("none", "int8"):
             out = os.path.join(work, f"ct2-{quantization}")
-            export_ctranslate2(run, out, quantization=quantization)
-            translators[quantization] = ctranslate2.Translator(
-                out, device="cpu", inter_threads=1, intra_threads=threads)
+            subprocess.run([sys.executable, "-m", "tfformer.cli.export", run, "--format",
+                            "ctranslate2", "--out", out, "--quantization", quantization],
+                           check=True, stdout=subprocess.DEVNULL)
+            translators[quantization] = CT2Process(out, threads)
         pieces = sentencepiece.SentencePieceProcessor(
             model_file=os.path.join(work, "ct2-none", "tokenizer.model"))
         for search, beam_size in (("greedy", 1), ("beam4", 4)):
@@ -241,14 +246,15 @@ def format_comparison(preset: str, model, tokenizer, extra: int, batches, reps: 
                 inputs = tf.constant([SENTENCE] * batch)
                 tokens = [pieces.encode(SENTENCE, out_type=str)] * batch
 
-                def ct2(quantization, tokens=tokens, beam_size=beam_size):
+                def ct2(quantization, tokens=tokens, beam_size=beam_size, hypotheses=False):
                     return translators[quantization].translate_batch(
                         tokens, beam_size=beam_size, length_penalty=0.6,
-                        max_decoding_length=OUTPUT_TOKENS, **TRANSLATE_OPTIONS)
+                        max_decoding_length=OUTPUT_TOKENS, hypotheses=hypotheses,
+                        **TRANSLATE_OPTIONS)
 
                 # Ours: OUTPUT_TOKENS by construction (`build`); CTranslate2 stops at the same
                 # limit, as EOS (a zero embedding) never wins there either.
-                ct2_pieces = len(ct2("none")[0].hypotheses[0])
+                ct2_pieces = len(ct2("none", hypotheses=True)[0])
                 timings = paired_all({
                     "savedmodel-fp32": lambda: signatures["fp32"](inputs=inputs),
                     "savedmodel-bf16": lambda: signatures["bf16"](inputs=inputs),
@@ -282,6 +288,8 @@ def format_comparison(preset: str, model, tokenizer, extra: int, batches, reps: 
                         floors["fp32"] / floors["bf16_transposed"], 2)
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
+        for translator in translators.values():
+            translator.close()
     return rows
 
 
@@ -341,9 +349,9 @@ def main(argv=None) -> int:
         model, source = build(preset, tokenizer)
         extra = OUTPUT_TOKENS - len(source)
         if args.formats != "without":
-            import ctranslate2
+            from importlib.metadata import version
 
-            results["ctranslate2"] = ctranslate2.__version__
+            results["ctranslate2"] = version("ctranslate2")  # not imported here (ct2_process.py)
             results["formats"] += format_comparison(preset, model, tokenizer, extra,
                                                     args.batches, args.reps, args.budget,
                                                     args.threads)

@@ -28,6 +28,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from ct2_process import CT2Process  # noqa: E402
 from decode import OUTPUT_TOKENS, SENTENCE, build  # noqa: E402
 
 SEARCHES = (("greedy", 1), ("beam4", 4))
@@ -117,7 +118,8 @@ def main(argv=None) -> int:
         write_exports(args.preset, args.export_only, None)
         return 0
 
-    import ctranslate2
+    from importlib.metadata import version
+
     import sentencepiece
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  the SentencePiece ops of the exports
@@ -127,7 +129,7 @@ def main(argv=None) -> int:
 
     results = {"preset": args.preset, "output_tokens": OUTPUT_TOKENS,
                "no_repeat_ngram": args.no_repeat_ngram, "tensorflow": tf.__version__,
-               "ctranslate2": ctranslate2.__version__, "cpu_count": os.cpu_count(),
+               "ctranslate2": version("ctranslate2"), "cpu_count": os.cpu_count(),
                "cpu_flags": matmul_flags(), "baseline": args.baseline, "rows": []}
     with tempfile.TemporaryDirectory() as work:
         # Exported by another process: every SavedModel here is loaded from disk into a
@@ -136,8 +138,8 @@ def main(argv=None) -> int:
                         "d.write_exports(sys.argv[1], sys.argv[2], int(sys.argv[3]))",
                         args.preset, work, str(args.no_repeat_ngram)],
                        check=True, cwd=os.path.dirname(os.path.abspath(__file__)))
-        ct2 = ctranslate2.Translator(os.path.join(work, "ct2"), device="cpu", inter_threads=1,
-                                     intra_threads=args.threads)
+        # In a process of its own, without TensorFlow (ct2_process.py).
+        ct2 = CT2Process(os.path.join(work, "ct2"), args.threads)
         tokens = sentencepiece.SentencePieceProcessor(
             model_file=os.path.join(work, "ct2", "tokenizer.model")).encode(SENTENCE,
                                                                             out_type=str)

@@ -1,7 +1,8 @@
 """TensorFlow's thread pools for decoding: `benchmarks/decode.py --formats only` run in turn under
 each thread setting (TensorFlow's defaults, one intra-op and one inter-op thread, ...), round
 after round, so that each setting's time over CTranslate2 fp32's (measured beside it in the same
-process) is compared across runs that saw the same machine. JSON on stdout.
+run, in a process of its own) is compared across runs that saw the same machine. JSON on
+stdout.
 
     .venv/bin/python benchmarks/decode_threads.py --presets tiny --rounds 3 > decode_threads.json
 

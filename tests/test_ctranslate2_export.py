@@ -359,3 +359,27 @@ def test_no_repeat_ngram_gives_ctranslate2s_tokens(translator, model, sentencepi
     assert ct2_best(results, sentencepiece) == ours
     free = ours_best(greedy_search(model, source_ids, EXTRA), source_ids)
     assert any(h != f for h, f in zip(ours, free))  # the rule acted on this model's outputs
+
+
+def test_the_benchmarks_worker_translates_as_ctranslate2_in_a_process_without_tensorflow(
+        exported, translator, sentencepiece):
+    """benchmarks/ct2_process.py: the model in a child process that loads no TensorFlow, with
+    the in-process Translator's hypotheses."""
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks"))
+    try:
+        from ct2_process import CT2Process
+    finally:
+        sys.path.pop(0)
+    sources = pieces(sentencepiece, [s for s, _ in PAIRS[:8]])
+    options = dict(beam_size=4, length_penalty=0.6, max_decoding_length=MAX_DECODING,
+                   **ct2_export.TRANSLATE_OPTIONS)
+    expected = [r.hypotheses[0] for r in translator.translate_batch(sources, **options)]
+    with CT2Process(exported.path, threads=1) as worker:
+        assert worker.translate_batch(sources, hypotheses=True, **options) == expected
+        assert worker.translate_batch(sources, **options) is None  # nothing crosses the pipe
+        with open(f"/proc/{worker.process.pid}/maps") as maps:
+            libraries = maps.read()
+        assert "libctranslate2" in libraries and "tensorflow" not in libraries
+    assert worker.process.returncode == 0
