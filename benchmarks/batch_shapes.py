@@ -8,9 +8,9 @@ training (and JAX) on the same corpus, in one run. JSON on stdout.
    the share of padding, and the padding the same batches would have if each were padded only
    to its own longest pair (what the pipeline did before the grid); and the same for pairs
    packed into rows of `--pack-length` tokens (`--pack-length` of tfformer-train).
-2. Training: the tiny preset in child processes (fresh XLA caches), one per contender, each on
-   the batches its own settings make (plain TF: the default grid; `--jit` and JAX: the compiled
-   grid; `_packed`: packed rows, one shape). It times the first `--first` updates,
+2. Training: the tiny preset in child processes (fresh XLA caches unless `--xla-cache`), one per
+   contender, each on the batches its own settings make (plain TF: the default grid; `--jit`
+   and JAX: the compiled grid; `_packed`: packed rows, one shape). It times the first `--first` updates,
    compilations included, and the target tokens per second of the `--more` updates after them;
    it also reports the shapes the updates saw and, on JAX, the train step's compilations.
    Targets (issue 19): compilations <= buckets, padding <= 15% on the Bible corpus, --jit no
@@ -196,6 +196,9 @@ def main(argv=None) -> int:
                         help="tokens per row of the packed contenders")
     parser.add_argument("--limit", type=int, default=None, help="use at most this many pairs")
     parser.add_argument("--contenders", default=",".join(CONTENDERS))
+    parser.add_argument("--xla-cache", action="store_true",
+                        help="let JAX's children load programs from JAX_COMPILATION_CACHE_DIR "
+                             "(faster; their first updates are then not timed from scratch)")
     parser.add_argument("--child", choices=CONTENDERS, help=argparse.SUPPRESS)
     parser.add_argument("--tokenizer", help=argparse.SUPPRESS)
     parser.add_argument("--pairs", help=argparse.SUPPRESS)
@@ -214,7 +217,7 @@ def main(argv=None) -> int:
     report = {"data": spec, "pairs": len(pairs), "vocab_size": tokenizer.vocab_size,
               "batch_tokens": args.batch_tokens, "max_length": 256,
               "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}",
-              "cpu_flags": matmul_flags(),
+              "cpu_flags": matmul_flags(), "xla_cache": args.xla_cache,
               "command": " ".join([os.path.relpath(sys.executable, ROOT), *sys.argv]),
               "grid": [grid_report(pairs, tokenizer, float(g), args.batch_tokens, 256)
                        for g in args.growths.split(",")],
@@ -231,7 +234,9 @@ def main(argv=None) -> int:
                  "--pairs", os.path.join(tmp, "pairs.tsv"), "--first", str(args.first),
                  "--more", str(args.more), "--batch-tokens", str(args.batch_tokens),
                  "--pack-length", str(args.pack_length)],
-                capture_output=True, text=True, env={**os.environ, "JAX_COMPILATION_CACHE_DIR": ""})
+                capture_output=True, text=True,
+                env=os.environ if args.xla_cache else {**os.environ,
+                                                       "JAX_COMPILATION_CACHE_DIR": ""})
             if result.returncode:
                 raise RuntimeError(f"{name} failed:\n{result.stderr[-3000:]}")
             training[name] = json.loads(result.stdout.strip().splitlines()[-1])
