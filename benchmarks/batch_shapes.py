@@ -10,9 +10,10 @@ training (and JAX) on the same corpus, in one run. JSON on stdout.
    packed into rows of `--pack-length` tokens (`--pack-length` of tfformer-train).
 2. Training: the tiny preset in child processes (fresh XLA caches unless `--xla-cache`), one per
    contender, each on the batches its own settings make (plain TF: the default grid; `--jit`
-   and JAX: the compiled grid; `_packed`: packed rows, one shape). It times the first `--first` updates,
-   compilations included, and the target tokens per second of the `--more` updates after them;
-   it also reports the shapes the updates saw and, on JAX, the train step's compilations.
+   and JAX: the compiled grid; `_packed`: packed rows, one shape). It times the first `--first`
+   updates, compilations included, and the target tokens per second of the `--more` updates
+   after them; it also reports the shapes the updates saw and, on JAX, the train step's
+   compilations.
    Targets (issue 19): compilations <= buckets, padding <= 15% on the Bible corpus, --jit no
    slower per target token than plain after warm-up, and its first updates within 1.2x of
    plain's time.
