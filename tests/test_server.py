@@ -667,7 +667,8 @@ def test_server_program_applies_its_flags_and_swaps_in_a_version_renamed_into_pl
     write_standin(base / "1", 1)
     with server_program("--model-base-path", str(base), "--model-name", "custom",
                         "--max-batch-size", "2", "--max-input-chars", "10",
-                        "--poll-seconds", "0.2") as (process, output, port):
+                        "--poll-seconds", "0.2", "--tensorflow-intra-op-parallelism", "1",
+                        "--tensorflow-inter-op-parallelism", "1") as (process, output, port):
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
 
@@ -676,6 +677,14 @@ def test_server_program_applies_its_flags_and_swaps_in_a_version_renamed_into_pl
                 return response.model_spec.version.value, texts_and_scores(response)[0]
 
             assert served() == (1, ["hello"])
+            assert any("TensorFlow thread pools: intra-op 1, inter-op 1" in line
+                       for line in output.seen)  # logged before "listening on"
+            # TensorFlow names its inter-op pool's threads tf_Compute (one per core by default).
+            names = []
+            for task in os.listdir(f"/proc/{process.pid}/task"):
+                with open(f"/proc/{process.pid}/task/{task}/comm") as comm:
+                    names.append(comm.read().strip())
+            assert names.count("tf_Compute") == 1, names
             assert rpc_error(stub.Predict, predict_request(["hola"])).code() == \
                 grpc.StatusCode.NOT_FOUND  # the default name is not served under --model-name
             for request, details in (
@@ -705,6 +714,15 @@ def test_server_program_applies_its_flags_and_swaps_in_a_version_renamed_into_pl
             assert served() == (2, ["v2:hello"])
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=20) == 0
+
+
+@pytest.mark.parametrize("pool", ["intra", "inter"])
+def test_a_negative_thread_pool_size_exits_2_naming_the_flag(pool, tmp_path, caplog):
+    from tfformer.cli.serve import main
+
+    flag = f"--tensorflow-{pool}-op-parallelism"
+    assert main(["--model-base-path", str(tmp_path), flag, "-1"]) == 2
+    assert f"{flag} must be 0 (TensorFlow's default) or more, got -1" in caplog.text
 
 
 def test_server_program_exits_2_on_a_model_base_path_without_versions(tmp_path):

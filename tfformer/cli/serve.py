@@ -66,6 +66,15 @@ def build_parser() -> argparse.ArgumentParser:
                              "batch_timeout_micros, max_enqueued_batches, num_batch_threads, "
                              "allowed_batch_sizes, pad_variable_length_inputs); with "
                              "--enable-batching (default: TF Serving's defaults)")
+    # TF Serving's --tensorflow_intra_op_parallelism / --tensorflow_inter_op_parallelism.
+    for pool, what in (("intra", "threads one op may use"),
+                       ("inter", "ops run at once")):
+        parser.add_argument(f"--tensorflow-{pool}-op-parallelism", type=int, default=0,
+                            metavar="N",
+                            help=f"TensorFlow's {pool}-op thread pool: {what}; 0 leaves "
+                                 f"TensorFlow's default (TF_NUM_{pool.upper()}OP_THREADS, else "
+                                 "one per core). One each decodes a small model at batch 1 "
+                                 "faster (docs/deployment.md#threads)")
     parser.add_argument("--grace-seconds", type=float, default=DEFAULT_GRACE_SECONDS,
                         help="on SIGTERM/SIGINT, time given to in-flight RPCs "
                              "(default %(default)s)")
@@ -82,6 +91,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         ("--max-input-chars", args.max_input_chars)):
         if value < 1:
             logger.error("%s must be at least 1, got %d", flag, value)
+            return 2
+    for flag, value in (("--tensorflow-intra-op-parallelism",
+                         args.tensorflow_intra_op_parallelism),
+                        ("--tensorflow-inter-op-parallelism",
+                         args.tensorflow_inter_op_parallelism)):
+        if value < 0:
+            logger.error("%s must be 0 (TensorFlow's default) or more, got %d", flag, value)
             return 2
     if args.batching_parameters_file and not args.enable_batching:
         logger.error("--batching-parameters-file needs --enable-batching")
@@ -110,6 +126,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def _serve(args: argparse.Namespace, stop: threading.Event) -> int:
     """Starts the servers, prints where they listen, serves until `stop`; the exit status."""
     import_tensorflow()
+    import tensorflow as tf
+
+    # Before the first op, which creates the pools.
+    if args.tensorflow_intra_op_parallelism:
+        tf.config.threading.set_intra_op_parallelism_threads(args.tensorflow_intra_op_parallelism)
+    if args.tensorflow_inter_op_parallelism:
+        tf.config.threading.set_inter_op_parallelism_threads(args.tensorflow_inter_op_parallelism)
+    logger.info("TensorFlow thread pools: intra-op %d, inter-op %d (0: TensorFlow's default)",
+                tf.config.threading.get_intra_op_parallelism_threads(),
+                tf.config.threading.get_inter_op_parallelism_threads())
     from tfformer.serving.batching import BatchingParameters
     from tfformer.serving.server import start_server  # TensorFlow: not for --help
 
