@@ -62,24 +62,55 @@ TRAINED_RUN = {
 }
 
 
+# Code that training never imports (the training side never imports export or serving): a
+# change there keeps the shared run. `train_shared_run` checks that this stays true.
+TRAINED_RUN_UNKEYED = ("tfformer/cli/", "tfformer/export/", "tfformer/serving/",
+                       "tfformer/evaluate.py", "tfformer/contract.py")
+
+
+def trained_run_code() -> list[pathlib.Path]:
+    """The package's modules that can change the shared run's weights."""
+    return [path for path in sorted((ROOT / "tfformer").rglob("*.py"))
+            if not path.relative_to(ROOT).as_posix().startswith(TRAINED_RUN_UNKEYED)]
+
+
 def trained_run_key() -> str:
-    """The shared trained run's cache key: the package's code, the settings, Keras and TF."""
+    """The shared trained run's cache key: the code training runs, the settings, Keras and TF."""
     import keras
     import tensorflow as tf
 
     key = hashlib.sha256(json.dumps([TRAINED_RUN, keras.__version__, tf.__version__]).encode())
-    for path in sorted((ROOT / "tfformer").rglob("*.py")):
-        key.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    for path in trained_run_code():
+        key.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes())
     return key.hexdigest()[:16]
 
 
-def train_shared_run(directory: pathlib.Path) -> None:
-    """Trains the shared run as tfformer-train does (`run.train`)."""
-    from tfformer import run
-    from tfformer.train.settings import TrainSettings
+_TRAIN_SHARED_RUN = """
+import json, sys
+from tfformer import run
+from tfformer.train.settings import TrainSettings
+spec = json.loads(sys.argv[2])
+run.train(sys.argv[1], "tiny", TrainSettings(**spec["settings"]), spec["config"])
+print(json.dumps(sorted(m.__file__ for name, m in sys.modules.items()
+                        if name.split(".")[0] == "tfformer" and getattr(m, "__file__", None))))
+"""
 
-    run.train(directory, "tiny", TrainSettings(**TRAINED_RUN["settings"]),
-              TRAINED_RUN["config"])
+
+def train_shared_run(directory: pathlib.Path) -> None:
+    """Trains the shared run as tfformer-train does (`run.train`), in a process of its own, and
+    fails if it imported a module that `trained_run_key` leaves out."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", _TRAIN_SHARED_RUN, str(directory),
+                             json.dumps(TRAINED_RUN)], capture_output=True, text=True,
+                            timeout=900, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-5000:]
+    keyed = {path.resolve() for path in trained_run_code()}
+    unkeyed = [file for file in json.loads(result.stdout.strip().splitlines()[-1])
+               if pathlib.Path(file).resolve() not in keyed]
+    assert not unkeyed, (f"training imported {unkeyed}, which the shared run's cache key "
+                         "leaves out (tests/conftest.py: TRAINED_RUN_UNKEYED)")
 
 
 @pytest.fixture(scope="session")
@@ -87,9 +118,9 @@ def trained_run_dir() -> pathlib.Path:
     """A run directory of a small model that `run.train` trained 400 steps on the built-in
     corpus: its greedy and beam outputs differ from sentence to sentence and end with
     EOS of their own accord, which a random model's do not. Trained once per content of the
-    package and TRAINED_RUN, and kept in ~/.cache/tfformer/trained-runs/KEY for every later
-    session and clone; xdist workers wait on a lock for the first one to train it. Tests read
-    it and must not write into it."""
+    code training runs (`trained_run_code`) and TRAINED_RUN, and kept in
+    ~/.cache/tfformer/trained-runs/KEY for every later session and clone; xdist workers wait on
+    a lock for the first one to train it. Tests read it and must not write into it."""
     cache = pathlib.Path(os.environ.get("XDG_CACHE_HOME", pathlib.Path.home() / ".cache"))
     runs = cache / "tfformer" / "trained-runs"
     runs.mkdir(parents=True, exist_ok=True)
