@@ -365,18 +365,16 @@ def test_the_benchmarks_worker_translates_as_ctranslate2_in_a_process_without_te
         exported, translator, sentencepiece):
     """benchmarks/ct2_process.py: the model in a child process that loads no TensorFlow, with
     the in-process Translator's hypotheses."""
-    import sys
-
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks"))
-    try:
-        from ct2_process import CT2Process
-    finally:
-        sys.path.pop(0)
+    spec = importlib.util.spec_from_file_location("ct2_process", os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks",
+        "ct2_process.py"))
+    ct2_process = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ct2_process)
     sources = pieces(sentencepiece, [s for s, _ in PAIRS[:8]])
     options = dict(beam_size=4, length_penalty=0.6, max_decoding_length=MAX_DECODING,
                    **ct2_export.TRANSLATE_OPTIONS)
     expected = [r.hypotheses[0] for r in translator.translate_batch(sources, **options)]
-    with CT2Process(exported.path, threads=1) as worker:
+    with ct2_process.CT2Process(exported.path, threads=1) as worker:
         assert worker.translate_batch(sources, hypotheses=True, **options) == expected
         assert worker.translate_batch(sources, **options) is None  # nothing crosses the pipe
         with open(f"/proc/{worker.process.pid}/maps") as maps:
