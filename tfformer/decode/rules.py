@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from keras import ops
 
+from tfformer.model.layers import kernels
 from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 NEG_INF = -1e9  # finite, so that -inf - -inf never makes a NaN score
@@ -91,11 +92,12 @@ class TokenRules:
         self.check(no_repeat_ngram)
         self.vocab_size = vocab_size
         self.no_repeat_ngram = no_repeat_ngram
-        # The vocabulary masks are made once, outside the decoding loop.
+        # The vocabulary masks are made once, outside the decoding loop: row 0 forbids what is
+        # never taken, row 1 (at the length limit) all but EOS. A step gathers a row per
+        # hypothesis, one pass over [rows, vocab] where combining the masks there takes two.
         self.ids = ops.arange(vocab_size)
-        self.never = ops.expand_dims(ops.logical_or(ops.equal(self.ids, PAD_ID),
-                                                    ops.equal(self.ids, BOS_ID)), 0)
-        self.not_eos = ops.expand_dims(ops.not_equal(self.ids, EOS_ID), 0)
+        never = ops.logical_or(ops.equal(self.ids, PAD_ID), ops.equal(self.ids, BOS_ID))
+        self.forbidden = ops.stack([never, ops.not_equal(self.ids, EOS_ID)])
 
     @staticmethod
     def check(no_repeat_ngram) -> None:
@@ -113,8 +115,7 @@ class TokenRules:
             banned = repeated_ngram_tokens(generated, self.no_repeat_ngram, self.vocab_size,
                                            length)
             log_probs = ops.log_softmax(ops.where(banned, neg_inf, log_probs), axis=-1)
-        forbidden = ops.logical_or(
-            self.never, ops.logical_and(ops.expand_dims(at_limit, 1), self.not_eos))
+        forbidden = kernels.gather_rows(self.forbidden, ops.cast(at_limit, "int32"))
         log_probs = ops.where(forbidden, neg_inf, log_probs)
         if forced is not None:
             taken = ops.where(ops.equal(self.ids, ops.expand_dims(forced, 1)),
@@ -226,7 +227,7 @@ class BeamRules:
             top_tokens = ops.where(dropped, PAD_ID, top_tokens)
             ends = ends & ops.logical_not(dropped)
         top_sequences = self.layout.append(
-            ops.take_along_axis(alive, ops.expand_dims(top_beams, 2), axis=1), top_tokens, t)
+            kernels.take_rows(alive, top_beams), top_tokens, t)
 
         # The first k candidates without EOS stay alive, in rank order (after a prefix, a dead
         # beam keeps its rank).
@@ -234,9 +235,9 @@ class BeamRules:
             alive_log_probs, keep = ops.top_k(ops.where(ends, neg_inf, top_log_probs), k=k)
         else:
             _, keep = ops.top_k(ops.where(ends, -1, 2 * k - positions), k=k)
-            alive_log_probs = ops.take_along_axis(top_log_probs, keep, axis=1)
-        alive = ops.take_along_axis(top_sequences, ops.expand_dims(keep, 2), axis=1)
-        beams = ops.take_along_axis(top_beams, keep, axis=1)
+            alive_log_probs = kernels.take_rows(top_log_probs, keep)
+        alive = kernels.take_rows(top_sequences, keep)
+        beams = kernels.take_rows(top_beams, keep)
 
         # EOS among the top k finishes a hypothesis, unless its sentence is already done.
         eligible = ends & (positions < k) & (top_log_probs > neg_inf / 2)
@@ -247,9 +248,8 @@ class BeamRules:
                                neg_inf)
         finished_scores, best = ops.top_k(
             ops.concatenate([finished_scores, new_scores], axis=1), k=k)
-        finished = ops.take_along_axis(
-            ops.concatenate([self.layout.widen(finished), top_sequences], axis=1),
-            ops.expand_dims(best, 2), axis=1)
+        finished = kernels.take_rows(
+            ops.concatenate([self.layout.widen(finished), top_sequences], axis=1), best)
 
         # Done: k finished and no alive hypothesis can still beat the worst of them.
         full = finished_scores[:, -1] > neg_inf / 2

@@ -60,6 +60,16 @@ def gather_rows(table, ids, dtype=None):
     return ops.take(table, ids, axis=0)
 
 
+def take_rows(values, indices):
+    """values[b, indices[b, j]]: [batch, n, ...] at int [batch, m] -> [batch, m, ...] (the
+    hypotheses or scores a beam search step keeps)."""
+    if ON_TENSORFLOW:  # keras.ops.take_along_axis adds a broadcast, a fix-up and 3 transposes
+        return tf.gather(values, indices, axis=1, batch_dims=1)
+    for _ in range(len(values.shape) - 2):  # broadcast over the trailing axes
+        indices = ops.expand_dims(indices, -1)
+    return ops.take_along_axis(values, indices, axis=1)
+
+
 def take_last_axis(values, indices):
     """values[..., indices] per position: [batch, T, V] at int [batch, T] -> [batch, T]."""
     if ON_TENSORFLOW:
