@@ -111,6 +111,7 @@ for signature, inputs in calls.items():
         "shape/" + name: tensor.shape.as_list() for name, tensor in outputs.items()}
 answers["modules"] = sorted(m.split(".")[0] for m in sys.modules
                             if m.split(".")[0] in ("tfformer", "keras_hub"))
+answers["versions"] = {"tensorflow": tf.__version__, "tensorflow_text": tensorflow_text.__version__}
 print(json.dumps(answers))
 """
 
@@ -122,7 +123,8 @@ def run_in_fresh_process(export_dir: str | os.PathLike, calls: dict[str, dict[st
 
     Returns:
         {signature: {output: values flattened, "shape/" + output: its shape}, "modules":
-        tfformer modules seen (none)}.
+        tfformer modules seen (none), "versions": {"tensorflow", "tensorflow_text": the
+        versions that ran it}}.
     """
     env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
