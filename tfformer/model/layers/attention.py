@@ -180,6 +180,9 @@ class MultiHeadAttention(keras.layers.Layer):
         in_dim = x.shape[-1]
         flat = kernels.affine(ops.reshape(x, (-1, in_dim)), ops.reshape(kernel, (in_dim, -1)),
                               None if bias is None else ops.reshape(bias, (-1,)))
+        if kernels.ON_TENSORFLOW and x.shape[1] == 1:  # one position (a decoding step): the
+            # heads layout [batch, h, 1, d_k] is the same memory, a reshape, not a transpose
+            return ops.reshape(flat, (-1, self.num_heads, 1, self.key_dim))
         heads = ops.reshape(flat, (-1, ops.shape(x)[1], self.num_heads, self.key_dim))
         return ops.transpose(heads, (0, 2, 1, 3)) if kernels.ON_TENSORFLOW else heads
 
@@ -219,7 +222,8 @@ class MultiHeadAttention(keras.layers.Layer):
             context, weights = self.attention(
                 self._heads_first(q), self._heads_first(keys), self._heads_first(values),
                 attention_mask, training=training)
-            context = ops.transpose(context, (0, 2, 1, 3))  # [batch, T_q, h, d_k]
+            if query.shape[1] != 1:  # one position: [batch, h, 1, d_k] is already in order
+                context = ops.transpose(context, (0, 2, 1, 3))  # [batch, T_q, h, d_k]
         # Concat(heads) W^O as one matmul: [batch * T_q, h * d_k] @ [h * d_k, d_model].
         context = ops.reshape(context, (-1, self.num_heads * self.key_dim))
         output_kernel = ops.reshape(self.output_kernel, (self.num_heads * self.key_dim, -1))
