@@ -219,10 +219,7 @@ def format_comparison(preset: str, model, tokenizer, extra: int, batches, reps: 
                "TF_NUM_INTEROP_THREADS": os.environ.get("TF_NUM_INTEROP_THREADS")}
     rows = []
     with tempfile.TemporaryDirectory() as work:
-        run = os.path.join(work, "run")
-        os.makedirs(run)
-        model.save(os.path.join(run, "model.keras"))
-        tokenizer.save(os.path.join(run, "tokenizer.model"))
+        run = save_run(model, tokenizer, work)
         # Each CTranslate2 model in a process of its own, without TensorFlow (ct2_process.py:
         # in one process with it, or with each other, they decode slower).
         # Exported by tfformer-export, whose check loads each in CTranslate2: not here.
@@ -291,6 +288,16 @@ def format_comparison(preset: str, model, tokenizer, extra: int, batches, reps: 
         for translator in translators.values():
             translator.close()
     return rows
+
+
+def save_run(model, tokenizer, work: str) -> str:
+    """`work`/run, a run directory as training leaves it (model.keras, tokenizer.model), for
+    the programs that export one."""
+    run = os.path.join(work, "run")
+    os.makedirs(run)
+    model.save(os.path.join(run, "model.keras"))
+    tokenizer.save(os.path.join(run, "tokenizer.model"))
+    return run
 
 
 def build(preset: str, tokenizer):

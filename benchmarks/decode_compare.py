@@ -100,10 +100,7 @@ def main() -> None:
     extra = decode.OUTPUT_TOKENS - len(source)
     rows = []
     with tempfile.TemporaryDirectory() as work:
-        run_dir = os.path.join(work, "run")
-        os.makedirs(run_dir)
-        model.save(os.path.join(run_dir, "model.keras"))
-        tokenizer.save(os.path.join(run_dir, "tokenizer.model"))
+        run_dir = decode.save_run(model, tokenizer, work)
         signatures = {}
         for key, revision in revisions.items():
             base = os.path.join(work, f"models-{key}")
