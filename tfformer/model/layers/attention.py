@@ -180,16 +180,16 @@ class MultiHeadAttention(keras.layers.Layer):
         in_dim = x.shape[-1]
         flat = kernels.affine(ops.reshape(x, (-1, in_dim)), ops.reshape(kernel, (in_dim, -1)),
                               None if bias is None else ops.reshape(bias, (-1,)))
-        if kernels.ON_TENSORFLOW and x.shape[1] == 1:  # one position (a decoding step): the
-            # heads layout [batch, h, 1, d_k] is the same memory, a reshape, not a transpose
-            return ops.reshape(flat, (-1, self.num_heads, 1, self.key_dim))
         heads = ops.reshape(flat, (-1, ops.shape(x)[1], self.num_heads, self.key_dim))
-        return ops.transpose(heads, (0, 2, 1, 3)) if kernels.ON_TENSORFLOW else heads
+        return self._swap(heads) if kernels.ON_TENSORFLOW else heads
 
-    @staticmethod
-    def _heads_first(x):
+    def _swap(self, x):
+        """[batch, T, h, d_k] <-> [batch, h, T, d_k]."""
+        return kernels.swap_positions_and_heads(x, self.num_heads, self.key_dim)
+
+    def _heads_first(self, x):
         """The heads layout -> [batch, h, T, d_k], what `ScaledDotProductAttention` takes."""
-        return x if kernels.ON_TENSORFLOW else ops.transpose(x, (0, 2, 1, 3))
+        return x if kernels.ON_TENSORFLOW else self._swap(x)
 
     def project_key_value(self, key_value):
         """Projects a static memory once: returns (keys, values) in the heads layout."""
@@ -222,8 +222,7 @@ class MultiHeadAttention(keras.layers.Layer):
             context, weights = self.attention(
                 self._heads_first(q), self._heads_first(keys), self._heads_first(values),
                 attention_mask, training=training)
-            if query.shape[1] != 1:  # one position: [batch, h, 1, d_k] is already in order
-                context = ops.transpose(context, (0, 2, 1, 3))  # [batch, T_q, h, d_k]
+            context = self._swap(context)  # [batch, T_q, h, d_k]
         # Concat(heads) W^O as one matmul: [batch * T_q, h * d_k] @ [h * d_k, d_model].
         context = ops.reshape(context, (-1, self.num_heads * self.key_dim))
         output_kernel = ops.reshape(self.output_kernel, (self.num_heads * self.key_dim, -1))

@@ -60,6 +60,15 @@ def gather_rows(table, ids, dtype=None):
     return ops.take(table, ids, axis=0)
 
 
+def swap_positions_and_heads(x, heads: int, depth: int):
+    """[batch, T, h, d_k] <-> [batch, h, T, d_k], for the layer's h = `heads` and d_k = `depth`.
+    Where T is 1 (a decoding step's one position) both hold the same memory: a reshape, not the
+    copy a transpose makes (on TensorFlow a oneDNN reorder per call)."""
+    if heads > 1 and 1 in x.shape[1:3]:  # with h > 1, the axis of size 1 is T
+        return ops.reshape(x, (-1, heads, 1, depth) if x.shape[1] == 1 else (-1, 1, heads, depth))
+    return ops.transpose(x, (0, 2, 1, 3))
+
+
 def take_rows(values, indices):
     """values[b, indices[b, j]]: [batch, n, ...] at int [batch, m] -> [batch, m, ...] (the
     hypotheses or scores a beam search step keeps)."""
