@@ -139,7 +139,8 @@ def matmul_floor(model, rows: int, reps: int, budget_seconds: float,
     `rows` rows here, with the weights in `dtype`: each step sends the rows through every weight
     matrix a cached step must read (per layer: self-attention Q, K, V, O; cross-attention Q, O;
     FFN W_1, W_2; then the output projection), as the model multiplies them (MatMul + BiasAdd,
-    which oneDNN fuses; the output projection MatMul(transpose_b) without a bias), chained in a
+    which oneDNN fuses; the output projection without a bias, by E^T [d_model, vocab] made once
+    per call outside the loop, as the searches do: `SharedEmbedding.projection`), chained in a
     tf.while_loop, and does nothing else. Full recomputation over this time is the largest
     speedup a cache could give on this machine; the float32 floor over the bfloat16 one is the
     most that bf16 weights can gain over float32 with these kernels. `transposed` stores each
@@ -167,14 +168,17 @@ def matmul_floor(model, rows: int, reps: int, budget_seconds: float,
                              bias(getattr(attention, f"{name}_bias"))) for name in names]
         projections += [(kernel(dense.kernel, dense.kernel.shape[0]), bias(dense.bias))
                         for dense in (layer.feed_forward.inner, layer.feed_forward.outer)]
-    embeddings = variable(tf.convert_to_tensor(model.embedding.embeddings))
+    embeddings = variable(tf.convert_to_tensor(model.embedding.embeddings))  # [vocab, d_model]
 
     @tf.function
     def run():
+        # transposed: E as stored, read with transpose_b like every kernel; else E^T, [in, out].
+        table = embeddings if transposed else tf.transpose(embeddings)
+
         def step(t, x):
             for kernel, bias in projections:
                 x = tf.nn.bias_add(tf.matmul(x, kernel, transpose_b=transposed), bias)
-            logits = tf.matmul(x, embeddings, transpose_b=True)
+            logits = tf.matmul(x, table, transpose_b=transposed)
             # Keeps the values O(1) (no denormals) and the logits in the data flow.
             x = tf.cast(x, tf.float32)
             x = x * tf.math.rsqrt(tf.reduce_mean(tf.square(x)) + 1e-6)
