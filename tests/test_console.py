@@ -73,3 +73,33 @@ def test_without_tensorflow_installed_nothing_is_imported(tmp_path):
                             cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "IMPORTED []" in result.stdout
+
+TRAIN_REPORT = """
+import sys
+from tfformer import run
+from tfformer.cli import train
+
+def fake_train(*args, **kwargs):  # what the run would train with, then stop before any work
+    from tensorflow.python.util import _pywrap_util_port
+    print("ONEDNN", _pywrap_util_port.IsMklEnabled())
+    raise ValueError("stopped by the test")
+
+run.train = fake_train
+sys.exit(train.main(["--out", sys.argv[1]]))
+"""
+
+
+def test_training_runs_with_onednn_unless_the_environment_turns_it_off(tmp_path):
+    """tfformer-train asks for oneDNN's kernels (faster training where TensorFlow leaves them
+    off: AVX2-only CPUs); TF_ENABLE_ONEDNN_OPTS=0 given by the user still turns them off."""
+    environment = {name: value for name, value in os.environ.items()
+                   if name not in ("KERAS_BACKEND", "TF_ENABLE_ONEDNN_OPTS")}
+    environment.update(PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+    for given, expected in ((None, "True"), ("0", "False")):
+        env = environment if given is None else {**environment, "TF_ENABLE_ONEDNN_OPTS": given}
+        result = subprocess.run([sys.executable, "-c", TRAIN_REPORT, str(tmp_path / "run")],
+                                env=env, cwd=tmp_path, capture_output=True, text=True,
+                                timeout=300)
+        assert result.returncode == 2 and "stopped by the test" in result.stderr, \
+            result.stderr[-3000:]
+        assert f"ONEDNN {expected}" in result.stdout, (given, result.stdout)

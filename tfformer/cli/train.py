@@ -22,6 +22,7 @@ import sys
 from tfformer.cli.console import (
     DefaultsOnceFormatter,
     import_tensorflow,
+    prefer_onednn,
     settings_arguments,
     start_logging,
 )
@@ -98,6 +99,7 @@ def main(argv=None) -> int:
 
     try:
         select_backend(args.settings.backend)  # before TensorFlow's import, which loads Keras
+        prefer_onednn()
         import_tensorflow()
         result = run.train(args.out, args.config, args.settings, parse_overrides(args.set))
     except (ValueError, FileNotFoundError, ImportError) as error:
