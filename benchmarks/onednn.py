@@ -5,9 +5,9 @@
 TensorFlow turns oneDNN on by itself only on CPUs with AVX-512-class features. On an AVX2-only
 CPU it is off unless TF_ENABLE_ONEDNN_OPTS=1 is set before TensorFlow is imported, which
 `tfformer-train` does unless the variable is set already (`TF_ENABLE_ONEDNN_OPTS=0` keeps Eigen's
-kernels). Each setting runs in its
-own process, alternating, on the same random 64 x 32-token batch (the Bible recipe's 2048-token
-budget), with the full compiled objective (label-smoothed loss, accuracy, perplexity, Adam).
+kernels). Each setting runs in its own process, alternating, on the same random 64 x 32-token
+batch (the Bible recipe's 2048-token budget), with the full compiled objective (label-smoothed
+loss, accuracy, perplexity, Adam).
 """
 
 from __future__ import annotations

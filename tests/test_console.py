@@ -74,6 +74,7 @@ def test_without_tensorflow_installed_nothing_is_imported(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "IMPORTED []" in result.stdout
 
+
 TRAIN_REPORT = """
 import sys
 from tfformer import run

@@ -73,7 +73,7 @@ def start_logging(level: int | str = logging.INFO, log_format: str = LOG_FORMAT)
 def prefer_onednn() -> None:
     """Asks TensorFlow for its oneDNN CPU kernels, unless TF_ENABLE_ONEDNN_OPTS is set already
     (0 keeps Eigen's). TensorFlow turns oneDNN on by itself only on CPUs with AVX-512-class
-    features; on AVX2-only ones a training step is ~1.5x faster with it (benchmarks/onednn.py),
+    features; on AVX2-only ones a training step is ~1.6x faster with it (benchmarks/onednn.py),
     while decoding gains nothing reliable, so only training asks. TensorFlow reads the variable
     once, at its import: once it is imported (tfformer-train's main called from Python) the
     variable is left alone, so that it does not pass to the caller's later subprocesses."""
