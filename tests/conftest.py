@@ -12,6 +12,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # float32 matmul is TF32 (10-bit mantissa: ~1e-3 relative error); ask for true float32 there.
 # The CPU computes float32 either way.
 os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
+# Under pytest-xdist the workers share the cores: a TensorFlow process per worker (and the
+# subprocesses a test starts) with thread pools as wide as the machine would oversubscribe it,
+# and its threads would wait on each other's cores. Each gets its share of the cores instead;
+# results do not depend on the pool sizes (ops only split their work differently).
+_CORES_PER_WORKER = max(1, (os.cpu_count() or 1)
+                        // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(_CORES_PER_WORKER))
+os.environ.setdefault("TF_NUM_INTEROP_THREADS", str(_CORES_PER_WORKER))
 
 import pytest  # noqa: E402
 
