@@ -105,11 +105,13 @@ test: export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS = 0
 test: export JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES = 0
 # The run without TensorFlow goes in one process beside the TensorFlow run: the CPU time that
 # the TensorFlow run's workers leave idle (waiting on subprocesses and servers, its last tests)
-# is enough for it. Its output follows the TensorFlow run's; either failing fails the target.
+# is enough for it, with one XLA thread so as not to contend with them (tests/conftest.py).
+# Its output follows the TensorFlow run's; either failing fails the target.
 test: $(VENV)/.installed-test $(COMPAT_VENV)/.installed $(NOTF_VENV)/.installed
 	$(PY) -m ruff check .
 	mkdir -p .cache
 	KERAS_BACKEND=jax TFFORMER_EXPECT_NO_TENSORFLOW=1 PYTHONPATH=$(CURDIR) \
+		XLA_FLAGS=--xla_cpu_multi_thread_eigen=false \
 		$(NOTF_VENV)/bin/python -m pytest --cpu-durations=10 $(BACKEND_TESTS) > .cache/notf-tests.log 2>&1 & \
 	notf=$$!; \
 	TFFORMER_COMPAT_PYTHON=$(abspath $(COMPAT_VENV))/bin/python $(PY) $(PYTEST) \

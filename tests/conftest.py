@@ -20,6 +20,11 @@ _CORES_PER_WORKER = max(1, (os.cpu_count() or 1)
                         // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(_CORES_PER_WORKER))
 os.environ.setdefault("TF_NUM_INTEROP_THREADS", str(_CORES_PER_WORKER))
+# XLA on the CPU (JAX) has no pool size to set, only one thread or the machine's: one, where a
+# worker's share is one core.
+_ONE_XLA_THREAD = "--xla_cpu_multi_thread_eigen=false"
+if _CORES_PER_WORKER == 1 and _ONE_XLA_THREAD not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_ONE_XLA_THREAD}".strip()
 
 import pytest  # noqa: E402
 
