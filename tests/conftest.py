@@ -15,7 +15,8 @@ os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
 # Under pytest-xdist the workers share the cores: a TensorFlow process per worker (and the
 # subprocesses a test starts) with thread pools as wide as the machine would oversubscribe it,
 # and its threads would wait on each other's cores. Each gets its share of the cores instead;
-# results do not depend on the pool sizes (ops only split their work differently).
+# no test's outcome depends on the pool sizes (ops split their work differently, which can
+# move float32 sums in their last bits, within every tolerance here).
 _CORES_PER_WORKER = max(1, (os.cpu_count() or 1)
                         // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(_CORES_PER_WORKER))
