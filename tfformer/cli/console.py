@@ -69,7 +69,6 @@ def start_logging(level: int | str = logging.INFO, log_format: str = LOG_FORMAT)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-
 def prefer_onednn() -> None:
     """Asks TensorFlow for its oneDNN CPU kernels, unless TF_ENABLE_ONEDNN_OPTS is set already
     (0 keeps Eigen's). TensorFlow turns oneDNN on by itself only on CPUs with AVX-512-class
