@@ -8,6 +8,7 @@ import keras
 import numpy as np
 import pytest
 
+from tfformer.model.adam import Adam
 from tfformer.model.schedule import NoamSchedule, paper_optimizer
 
 
@@ -40,7 +41,7 @@ def test_schedule_round_trips_through_config():
 def test_paper_optimizer_has_the_papers_adam_and_uses_the_schedule():
     optimizer = paper_optimizer(512, warmup_steps=4000, gradient_accumulation_steps=2)
     assert (optimizer.beta_1, optimizer.beta_2, optimizer.epsilon) == (0.9, 0.98, 1e-9)
-    assert isinstance(optimizer._learning_rate, NoamSchedule)
+    assert isinstance(optimizer._learning_rate, NoamSchedule) and isinstance(optimizer, Adam)
     assert optimizer.gradient_accumulation_steps == 2
     assert float(optimizer.learning_rate) == pytest.approx(paper_lrate(1), rel=1e-6)
 
@@ -69,3 +70,54 @@ def test_schedule_without_accumulation_is_unchanged_by_the_new_field():
     assert [float(plain(i)) for i in range(20)] == [float(explicit(i)) for i in range(20)]
     with pytest.raises(ValueError, match="micro_batches_per_update"):
         NoamSchedule(64, 10, micro_batches_per_update=0)
+
+
+def adam_steps(optimizer_class, steps=6, seed=0, **kwargs):
+    """Weights, moments and velocities after `steps` updates with random gradients, with the
+    paper's betas and epsilon and the Noam schedule."""
+    rng = np.random.default_rng(seed)
+    shapes = [(7, 5), (5,), (30, 4)]
+    weights = [keras.Variable(rng.normal(size=shape).astype("float32")) for shape in shapes]
+    optimizer = optimizer_class(learning_rate=NoamSchedule(16, 3), beta_1=0.9, beta_2=0.98,
+                                epsilon=1e-9, **kwargs)
+    optimizer.build(weights)
+    for _ in range(steps):
+        optimizer.apply([keras.ops.convert_to_tensor(rng.normal(size=shape).astype("float32"))
+                         for shape in shapes], weights)
+    return [keras.ops.convert_to_numpy(v)
+            for v in weights + optimizer._momentums + optimizer._velocities]
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"amsgrad": True}, {"gradient_accumulation_steps": 2}])
+def test_our_adam_updates_as_keras_adam_does(kwargs):
+    ours, keras_own = adam_steps(Adam, **kwargs), adam_steps(keras.optimizers.Adam, **kwargs)
+    assert len(ours) == 9
+    for got, expected in zip(ours, keras_own):
+        # The same arithmetic in another kernel: float32 rounding apart.
+        np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+    assert not np.allclose(ours[0], adam_steps(Adam, steps=5, **kwargs)[0])  # the steps moved it
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TensorFlow's fused op")
+def test_on_tensorflow_an_update_is_one_fused_op_per_variable_and_takes_embedding_rows():
+    import tensorflow as tf
+
+    table = keras.Variable(np.arange(12, dtype="float32").reshape(4, 3))
+    dense = keras.Variable(np.ones([3], "float32"))
+    optimizer = Adam(learning_rate=0.1)
+    optimizer.build([table, dense])
+
+    @tf.function
+    def update(rows, values, gradient):
+        # A gather's gradient: tf.IndexedSlices of two of the table's four rows.
+        optimizer.apply([tf.IndexedSlices(values, rows, tf.constant([4, 3])), gradient],
+                        [table, dense])
+
+    args = (tf.constant([1, 3]), tf.ones([2, 3]), tf.ones([3]))
+    ops = [op.type for op in update.get_concrete_function(*args).graph.get_operations()]
+    assert ops.count("ResourceApplyAdam") == 2 and "Sqrt" not in ops
+    update(*args)
+    # The first update moves every weight with a gradient by lr (sign of g) and no other.
+    np.testing.assert_allclose(table.numpy(), np.arange(12).reshape(4, 3)
+                               - 0.1 * np.array([[0], [1], [0], [1]]), rtol=1e-6)
+    np.testing.assert_allclose(dense.numpy(), 0.9, rtol=1e-6)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from tfformer.model.adam import Adam
 from tfformer.utils.checks import check_at_least
 
 
@@ -49,19 +50,19 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
 def paper_optimizer(d_model: int, warmup_steps: int = 4000, scale: float = 1.0,
                     gradient_accumulation_steps: int | None = None,
-                    **adam_kwargs) -> keras.optimizers.Adam:
+                    **adam_kwargs) -> Adam:
     """Adam(beta_1=0.9, beta_2=0.98, epsilon=1e-9) with the Noam schedule (§5.3).
 
     Args:
         d_model, warmup_steps, scale: the schedule's (see `NoamSchedule`).
         gradient_accumulation_steps: N > 1 averages the gradients of N batches per update;
             the schedule then still advances once per update.
-        **adam_kwargs: passed to `keras.optimizers.Adam`.
+        **adam_kwargs: passed to `Adam` (`keras.optimizers.Adam`'s arguments).
     """
     accumulation = gradient_accumulation_steps if gradient_accumulation_steps else None
     if accumulation == 1:
         accumulation = None  # Keras requires >= 2; one batch per update is no accumulation
-    return keras.optimizers.Adam(
+    return Adam(
         learning_rate=NoamSchedule(d_model, warmup_steps, scale,
                                    micro_batches_per_update=accumulation or 1),
         beta_1=0.9, beta_2=0.98, epsilon=1e-9, gradient_accumulation_steps=accumulation,

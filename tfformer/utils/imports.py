@@ -72,7 +72,7 @@ MOVED_NAMES = {
 }
 # The modules whose classes a saved model names (`tfformer>...`): importing them registers them.
 SERIALIZABLE_MODULES = ("tfformer.model.transformer", "tfformer.model.losses",
-                        "tfformer.model.schedule")
+                        "tfformer.model.schedule", "tfformer.model.adam")
 _REGISTERED_PREFIX = "tfformer>"
 
 

@@ -208,3 +208,29 @@ def _float16_on_jax_cpu(dtype) -> bool:
     import jax
 
     return jax.default_backend() == "cpu"
+
+
+def fused_adam_applies(variable, amsgrad: bool) -> bool:
+    """Whether `apply_adam` can update `variable`: on TensorFlow, for Adam without amsgrad, and
+    for float32 or float64 variables (mixed precision keeps its variables in float32)."""
+    return ON_TENSORFLOW and not amsgrad and \
+        keras.backend.standardize_dtype(variable.dtype) in ("float32", "float64")
+
+
+def apply_adam(variable, m, v, gradient, learning_rate, beta_1_power, beta_2_power, beta_1,
+               beta_2, epsilon) -> None:
+    """Keras' Adam update of one variable in one TensorFlow op, ResourceApplyAdam:
+    alpha = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t); m += (g - m)(1 - beta_1);
+    v += (g^2 - v)(1 - beta_2); variable -= alpha * m / (sqrt(v) + epsilon): the arithmetic of
+    `keras.optimizers.Adam.update_step`, in the same order. Where `fused_adam_applies`."""
+    def handle(x):  # a keras.Variable holds the tf.Variable; under tf.distribute's update()
+        return (x.value if isinstance(x, keras.Variable) else x).handle  # the replica's own
+    dtype = variable.dtype
+    if isinstance(gradient, tf.IndexedSlices):  # an embedding's rows: Keras' update densifies
+        gradient = tf.convert_to_tensor(gradient)
+    tf.raw_ops.ResourceApplyAdam(
+        var=handle(variable), m=handle(m), v=handle(v),
+        beta1_power=tf.cast(beta_1_power, dtype), beta2_power=tf.cast(beta_2_power, dtype),
+        lr=tf.cast(learning_rate, dtype), beta1=tf.constant(beta_1, dtype),
+        beta2=tf.constant(beta_2, dtype), epsilon=tf.constant(epsilon, dtype),
+        grad=tf.cast(gradient, dtype))
