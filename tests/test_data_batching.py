@@ -335,3 +335,14 @@ def test_pipeline_works_with_fit_under_mirrored_strategy(tmp_path):
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                             env=env, timeout=300, cwd=tmp_path)
     assert result.returncode == 0 and "OK" in result.stdout, result.stderr[-3000:]
+
+
+def test_an_eval_dataset_is_batched_once_and_read_from_memory_on_later_passes(tokenizer, pairs):
+    stats = BatchStats()  # counts the batches the pipeline makes, before the cache
+    dataset, info = make_eval_dataset(pairs, tokenizer, batch_tokens=300, max_length=40,
+                                      stats=stats)
+    passes = [[batch[1].tolist() for batch in dataset.as_numpy_iterator()] for _ in range(3)]
+    assert passes[0] == passes[1] == passes[2] and len(passes[0]) == info.num_batches
+    assert stats.read()["batches"] == info.num_batches  # made in the first pass only
+    with pytest.raises(ValueError, match="cache needs repeat=False"):
+        make_dataset(pairs, tokenizer, batch_tokens=300, max_length=40, repeat=True, cache=True)
