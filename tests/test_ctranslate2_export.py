@@ -89,17 +89,22 @@ def pieces(sentencepiece, texts):
 
 
 def ours_best(result, source_ids, extra=EXTRA):
-    """Our SearchResult's best hypotheses as id lists without EOS; checks that every one ended
-    with EOS of its own accord, before the length limit (where our search forces EOS and
-    CTranslate2's does not)."""
+    """Our SearchResult's best hypotheses as id lists without EOS, None for one that reached the
+    length limit: our search forces EOS there and CTranslate2's does not, so only hypotheses
+    that ended with EOS of their own accord compare. Checks that nearly all did."""
     limits = np.sum(source_ids.numpy() != PAD_ID, axis=1) + extra
     hypotheses = []
     for row, limit in zip(result.tokens.numpy()[:, 0], limits):
         ids = list(row)
         length = ids.index(EOS_ID)
-        assert length + 1 < limit
-        hypotheses.append([int(i) for i in ids[:length]])
+        hypotheses.append([int(i) for i in ids[:length]] if length + 1 < limit else None)
+    assert sum(h is None for h in hypotheses) <= len(hypotheses) // 16, hypotheses
     return hypotheses
+
+
+def comparable(theirs, ours):
+    """CTranslate2's hypotheses where ours ended of their own accord, None where ours did not."""
+    return [None if mine is None else hypothesis for hypothesis, mine in zip(theirs, ours)]
 
 
 def ct2_best(results, sentencepiece):
@@ -159,9 +164,9 @@ def test_greedy_search_gives_our_tokens(translator, model, sentencepiece, source
     results = translator.translate_batch(
         pieces(sentencepiece, [s for s, _ in PAIRS]), beam_size=1, length_penalty=0,
         max_decoding_length=MAX_DECODING, return_scores=True, **ct2_export.TRANSLATE_OPTIONS)
-    assert ct2_best(results, sentencepiece) == ours
-    lengths = {len(h) for h in ours}
-    assert len(lengths) > 8 and len({tuple(h) for h in ours}) == len(PAIRS)  # varied outputs
+    assert comparable(ct2_best(results, sentencepiece), ours) == ours
+    ended = [h for h in ours if h is not None]
+    assert len({len(h) for h in ended}) > 8 and len({tuple(h) for h in ended}) == len(ended)
 
 
 def test_beam_search_without_length_penalty_gives_our_tokens_and_scores(
@@ -172,11 +177,12 @@ def test_beam_search_without_length_penalty_gives_our_tokens_and_scores(
         pieces(sentencepiece, [s for s, _ in PAIRS]), beam_size=4, length_penalty=0,
         max_decoding_length=MAX_DECODING, **ct2_export.TRANSLATE_OPTIONS)
     theirs = ct2_best(results, sentencepiece)
-    assert theirs == ours
+    assert comparable(theirs, ours) == ours
     greedy = ours_best(greedy_search(model, source_ids, EXTRA), source_ids)
-    assert theirs != greedy  # the beam found other hypotheses than greedy search
-    np.testing.assert_allclose(rescore(translator, sentencepiece, theirs),
-                               result.scores.numpy()[:, 0], atol=1e-4)
+    assert ours != greedy  # the beam found other hypotheses than greedy search
+    ended = [i for i, h in enumerate(ours) if h is not None]
+    np.testing.assert_allclose(rescore(translator, sentencepiece, theirs)[ended],
+                               result.scores.numpy()[ended, 0], atol=1e-4)
 
 
 def test_beam_search_with_length_penalty_and_our_scores_from_its_outputs(
@@ -337,8 +343,8 @@ def test_a_forced_prefix_gives_ctranslate2s_target_prefix_tokens(
         pieces(sentencepiece, [s for s, _ in PAIRS]), target_prefix=prefixes, beam_size=beam,
         length_penalty=0, max_decoding_length=MAX_DECODING, **ct2_export.TRANSLATE_OPTIONS)
     theirs = ct2_best(results, sentencepiece)
-    assert theirs == ours
-    assert all(h[:2] == list(row) for h, row in zip(ours, ids))  # each starts with its prefix
+    assert comparable(theirs, ours) == ours
+    assert all(h[:2] == list(row) for h, row in zip(theirs, ids))  # each starts with its prefix
     free = ours_best(greedy_search(model, source_ids, EXTRA), source_ids)
     assert sum(h != f for h, f in zip(ours, free)) > len(PAIRS) // 4  # the prefix changed them
 
@@ -356,7 +362,7 @@ def test_no_repeat_ngram_gives_ctranslate2s_tokens(translator, model, sentencepi
         pieces(sentencepiece, [s for s, _ in PAIRS]), beam_size=beam, length_penalty=0,
         no_repeat_ngram_size=n, max_decoding_length=MAX_DECODING,
         **ct2_export.TRANSLATE_OPTIONS)
-    assert ct2_best(results, sentencepiece) == ours
+    assert comparable(ct2_best(results, sentencepiece), ours) == ours
     free = ours_best(greedy_search(model, source_ids, EXTRA), source_ids)
     assert any(h != f for h, f in zip(ours, free))  # the rule acted on this model's outputs
 
