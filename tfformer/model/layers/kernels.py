@@ -223,8 +223,11 @@ def apply_adam(variable, m, v, gradient, learning_rate, beta_1_power, beta_2_pow
     alpha = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t); m += (g - m)(1 - beta_1);
     v += (g^2 - v)(1 - beta_2); variable -= alpha * m / (sqrt(v) + epsilon): the arithmetic of
     `keras.optimizers.Adam.update_step`, in the same order. Where `fused_adam_applies`."""
-    def handle(x):  # a keras.Variable holds the tf.Variable; under tf.distribute's update()
-        return (x.value if isinstance(x, keras.Variable) else x).handle  # the replica's own
+    def handle(x):
+        # A keras.Variable holds a tf.Variable; inside tf.distribute's update() the handle of a
+        # mirrored one is the replica's own.
+        return (x.value if isinstance(x, keras.Variable) else x).handle
+
     dtype = variable.dtype
     if isinstance(gradient, tf.IndexedSlices):  # an embedding's rows: Keras' update densifies
         gradient = tf.convert_to_tensor(gradient)
