@@ -319,10 +319,15 @@ def test_our_quantization_names_are_ctranslate2s():
 
 
 def prefix_ids(sentencepiece, pieces_per_prefix=2):
-    """The first pieces of each reference translation, as an autocompletion would send them:
-    int32 [batch, P] PAD-padded, and the pieces themselves."""
-    prefixes = [sentencepiece.encode(target, out_type=str)[:pieces_per_prefix]
-                for _, target in PAIRS]
+    """Prefixes as an autocompletion would send them: the first pieces of a reference
+    translation, int32 [batch, P] PAD-padded, and the pieces themselves. Even rows take their
+    own reference's, which a trained model often starts with anyway; odd rows take the next
+    sentence's, which it does not, so that many continuations differ from the free search's
+    whatever the weights."""
+    targets = [target for _, target in PAIRS]
+    sources = [row if row % 2 == 0 else (row + 1) % len(targets) for row in range(len(targets))]
+    prefixes = [sentencepiece.encode(targets[source], out_type=str)[:pieces_per_prefix]
+                for source in sources]
     ids = np.zeros([len(PAIRS), pieces_per_prefix], "int32")
     for row, prefix in enumerate(prefixes):
         ids[row, :len(prefix)] = [sentencepiece.piece_to_id(p) for p in prefix]
