@@ -13,6 +13,7 @@ import signal
 import socket
 import threading
 import time
+import types
 import urllib.error
 import urllib.request
 from concurrent import futures
@@ -164,6 +165,38 @@ def test_concurrent_rest_and_grpc_requests_all_answer_correctly(handle, stub):
         results = list(executor.map(one, range(64)))
     want = {"hola": "v2:hello", "mundo": "v2:world", "gato": "v2:cat", "perro": "v2:PERRO"}
     assert [text for _, text in results] == [want[s] for s, _ in results]
+
+
+def test_clients_that_connect_at_once_are_queued_not_dropped():
+    """HTTP/1.0 connects once per request, so the clients of one merged batch reconnect
+    together: every connect completes (is queued) while the server is not yet accepting,
+    where a SYN the kernel drops would wait a second to be sent again."""
+    no_model = types.SimpleNamespace(manager=None)  # only paths outside /v1/ are asked
+    rest_server = rest_module.RestServer(rest_module.RestApi(no_model), "127.0.0.1", 0)
+    clients = [socket.socket() for _ in range(32)]
+    try:
+        for client in clients:
+            client.setblocking(False)
+            client.connect_ex(("127.0.0.1", rest_server.port))
+        time.sleep(0.5)  # the handshakes of every SYN the kernel kept are done
+        connected = [client.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
+                     and _is_writable(client) for client in clients]
+        assert sum(connected) == len(clients)
+        rest_server.start()  # the queued ones are then answered
+        clients[0].setblocking(True)
+        clients[0].settimeout(30)
+        clients[0].sendall(b"GET /elsewhere HTTP/1.0\r\n\r\n")
+        assert clients[0].recv(64).startswith(b"HTTP/1.0 404")
+    finally:
+        for client in clients:
+            client.close()
+        rest_server.close()
+
+
+def _is_writable(sock: socket.socket) -> bool:
+    import select
+
+    return bool(select.select([], [sock], [], 0)[1])
 
 
 # --------------------------------------------------------------------------------------------
