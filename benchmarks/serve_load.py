@@ -3,17 +3,19 @@ batching off and on, then a soak of many requests. JSON on stdout.
 
     .venv/bin/python benchmarks/serve_load.py > benchmarks/results/serve_load.json
     .venv/bin/python benchmarks/serve_load.py --seconds 3 --soak 500   # a quick look
+    .venv/bin/python benchmarks/serve_load.py --beam-size 1 \
+        > benchmarks/results/serve_load_greedy.json   # the greedy export
 
 The server is the `tfformer-serve` program in its own process, serving the export of decode.py's
-random tiny model (beam 4, the export's default search; every translation is --output-tokens
-long). Each client is a thread that sends one sentence per request, the next as soon as the
-answer is back, for --seconds. Batching on is `--enable-batching` with a parameters file of
-max_batch_size 32, batch_timeout_micros 0 (a batch is what waits once a batch thread is free)
-and two batch threads (of the settings tried, 1 or 2 threads, 0 or 20 ms, the fastest at 16
-clients). The `in_process` rows bound what any server could reach: the signature called in the
-benchmark's process on batches of 1 and 16 sentences, as sentences/s. Reported per row: requests/s,
-p50 and p99 latency, the server's RSS; the soak (batching on, 16 gRPC clients) reports errors and
-the RSS after its first tenth of requests (warm) and at its end.
+random tiny model (beam 4, the export's default search, or --beam-size; every translation is
+--output-tokens long). Each client is a thread that sends one sentence per request, the next as
+soon as the answer is back, for --seconds. Batching on is `--enable-batching` with a parameters
+file of max_batch_size 32, batch_timeout_micros 0 (a batch is what waits once a batch thread is
+free) and two batch threads (of the settings tried, 1 or 2 threads, 0 or 20 ms, the fastest at
+16 clients). The `in_process` rows bound what any server could reach: the signature called in
+the benchmark's process on batches of 1 and 16 sentences, as sentences/s. Reported per row:
+requests/s, p50 and p99 latency, the server's RSS; the soak (batching on, 16 gRPC clients)
+reports errors and the RSS after its first tenth of requests (warm) and at its end.
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ BATCHING = ("max_batch_size { value: 32 }\nbatch_timeout_micros { value: 0 }\n"
             "num_batch_threads { value: 2 }\nmax_enqueued_batches { value: 100 }\n")
 
 
-def export(work: str, output_tokens: int) -> str:
-    """decode.py's random tiny model, beam 4, as work/models/tfformer/1: the model base path."""
+def export(work: str, output_tokens: int, beam_size: int) -> str:
+    """decode.py's random tiny model, searching with `beam_size` (1: greedy), as
+    work/models/tfformer/1: the model base path."""
     import keras
 
     keras.utils.set_random_seed(0)
@@ -51,7 +54,8 @@ def export(work: str, output_tokens: int) -> str:
 
     tokenizer = Tokenizer.train([s for p in builtin_pairs("train", n=5000) for s in p], 4000)
     model, source = build("tiny", tokenizer)
-    translator = Translator(model, tokenizer, max_output_extra=output_tokens - len(source))
+    translator = Translator(model, tokenizer, beam_size=beam_size,
+                            max_output_extra=output_tokens - len(source))
     export_saved_model(translator, os.path.join(work, "models"), "tfformer", 1)
     return os.path.join(work, "models", "tfformer")
 
@@ -64,7 +68,7 @@ def rss_mb(pid: int) -> float:
 class Server:
     """`tfformer-serve` in a process, gRPC and REST on free ports."""
 
-    def __init__(self, base: str, batching_file: str | None):
+    def __init__(self, base: str, batching_file: str | None, threads: int = 0):
         with socket.socket() as sock:  # --rest-api-port 0 is "off": pick a free one here
             sock.bind(("127.0.0.1", 0))
             rest_port = sock.getsockname()[1]
@@ -73,6 +77,9 @@ class Server:
                    "--poll-seconds", "0", "--log-level", "WARNING"]
         if batching_file:
             command += ["--enable-batching", "--batching-parameters-file", batching_file]
+        if threads:
+            command += ["--tensorflow-intra-op-parallelism", str(threads),
+                        "--tensorflow-inter-op-parallelism", str(threads)]
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True,
                                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
         lines = [self.process.stdout.readline() for _ in range(2)]
@@ -197,6 +204,9 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0, help="per row")
     parser.add_argument("--soak", type=int, default=10_000, help="requests of the soak")
     parser.add_argument("--output-tokens", type=int, default=24)
+    parser.add_argument("--beam-size", type=int, default=4, help="the export's search; 1: greedy")
+    parser.add_argument("--tensorflow-threads", type=int, default=0,
+                        help="the server's intra- and inter-op pool sizes (0: TensorFlow's)")
     parser.add_argument("--protocols", nargs="+", default=["grpc", "rest"])
     parser.add_argument("--batching-parameters", default=BATCHING,
                         help="the text of the batching parameters file")
@@ -205,17 +215,19 @@ def main(argv=None) -> int:
     from tfformer.utils.cpu import matmul_flags
 
     results = {"cpu_count": os.cpu_count(), "cpu_flags": matmul_flags(),
-               "output_tokens": args.output_tokens, "search": "beam 4",
+               "output_tokens": args.output_tokens,
+               "search": "greedy" if args.beam_size == 1 else f"beam {args.beam_size}",
+               "tensorflow_threads": args.tensorflow_threads,
                "batching_parameters": args.batching_parameters, "rows": []}
     with tempfile.TemporaryDirectory() as work:
-        base = export(work, args.output_tokens)
+        base = export(work, args.output_tokens, args.beam_size)
         results["in_process"] = in_process(base)
         print(json.dumps(results["in_process"]), file=sys.stderr, flush=True)
         batching_file = os.path.join(work, "batching.config")
         with open(batching_file, "w", encoding="utf-8") as f:
             f.write(args.batching_parameters)
         for batching in (False, True):
-            server = Server(base, batching_file if batching else None)
+            server = Server(base, batching_file if batching else None, args.tensorflow_threads)
             try:
                 load(server, "grpc", 2, None, requests=4)  # warm both paths
                 load(server, "rest", 2, None, requests=4)
