@@ -3,8 +3,8 @@ batching off and on, then a soak of many requests. JSON on stdout.
 
     .venv/bin/python benchmarks/serve_load.py > benchmarks/results/serve_load.json
     .venv/bin/python benchmarks/serve_load.py --seconds 3 --soak 500   # a quick look
-    .venv/bin/python benchmarks/serve_load.py --beam-size 1 \
-        > benchmarks/results/serve_load_greedy.json   # the greedy export
+    .venv/bin/python benchmarks/serve_load.py --beam-size 1 --tensorflow-threads 1 \
+        > benchmarks/results/serve_load_epyc_greedy.json   # greedy, one thread per pool
 
 The server is the `tfformer-serve` program in its own process, serving the export of decode.py's
 random tiny model (beam 4, the export's default search, or --beam-size; every translation is

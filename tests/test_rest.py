@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import select
 import signal
 import socket
 import threading
@@ -194,8 +195,6 @@ def test_clients_that_connect_at_once_are_queued_not_dropped():
 
 
 def _is_writable(sock: socket.socket) -> bool:
-    import select
-
     return bool(select.select([], [sock], [], 0)[1])
 
 
