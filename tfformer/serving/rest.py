@@ -520,7 +520,7 @@ class _HTTPServer(ThreadingHTTPServer):
     block_on_close = True
     # HTTP/1.0 opens a connection per request, so N clients answered by one merged batch
     # reconnect at once. The kernel drops a SYN that finds the accept queue full, and the client
-    # sends it again only after a second: socketserver's queue of 5 gave ~1 s p99 latencies.
+    # sends it again only after a second: socketserver's default queue of 5 is too short.
     request_queue_size = REQUEST_QUEUE_SIZE
 
 
