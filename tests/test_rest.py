@@ -8,6 +8,7 @@ urllib; all servers bind 127.0.0.1 on port 0 (or a free port for the program).
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import select
 import signal
@@ -187,7 +188,7 @@ def test_clients_that_connect_at_once_are_queued_not_dropped():
         clients[0].setblocking(True)
         clients[0].settimeout(30)
         clients[0].sendall(b"GET /elsewhere HTTP/1.0\r\n\r\n")
-        assert clients[0].recv(64).startswith(b"HTTP/1.0 404")
+        assert clients[0].recv(64).startswith(b"HTTP/1.1 404")
     finally:
         for client in clients:
             client.close()
@@ -196,6 +197,82 @@ def test_clients_that_connect_at_once_are_queued_not_dropped():
 
 def _is_writable(sock: socket.socket) -> bool:
     return bool(select.select([], [sock], [], 0)[1])
+
+
+def predict_on(connection: http.client.HTTPConnection, sentence: str,
+               headers: dict | None = None) -> tuple[http.client.HTTPResponse, dict]:
+    connection.request("POST", PREDICT, json.dumps({"instances": [sentence]}),
+                       {"Content-Type": "application/json", **(headers or {})})
+    response = connection.getresponse()
+    return response, json.loads(response.read())
+
+
+def test_a_connection_carries_a_clients_next_requests(handle):
+    """HTTP/1.1 keep-alive, as TF Serving's REST API: one connection, many requests."""
+    host, port = handle.rest_address.rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        answers, sockets = [], []
+        for sentence in ["hola", "el gato  negro", "hola"]:
+            response, answer = predict_on(connection, sentence)
+            assert response.status == 200 and response.version == 11
+            assert response.getheader("Connection") is None  # not "close"
+            answers.append(answer)
+            sockets.append(connection.sock)
+        assert sockets[0] is not None and sockets.count(sockets[0]) == 3  # never reconnected
+        assert answers[0] == answers[2] == {
+            "predictions": [{"translations": "v2:hello", "scores": -4.0}]}
+        assert answers[1] != answers[0]
+        # The server's end of the idle connection sends without Nagle's delay: an answer's
+        # second write (its body) would otherwise wait for the client's delayed ACK.
+        ours = []
+        for _ in range(100):  # until the handler, done answering, waits for the next request
+            ours = [handler for handler in list(handle._rest._httpd._idle)
+                    if handler.client_address == connection.sock.getsockname()]
+            if ours:
+                break
+            time.sleep(0.05)
+        assert len(ours) == 1
+        assert ours[0].connection.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+        # A client that asks for the connection to close gets it closed after the answer.
+        response, _ = predict_on(connection, "hola", {"Connection": "close"})
+        assert response.status == 200 and response.getheader("Connection") == "close"
+        assert connection.sock is None  # http.client closed its end on the server's word
+    finally:
+        connection.close()
+
+
+def test_stopping_closes_idle_connections_and_answers_the_one_in_flight(model_base):
+    """server_close() waits for its handlers: a client idle on keep-alive must not hold the
+    stop for the idle timeout, and a request in flight is answered, with `Connection: close`."""
+    running = server.start_server(str(model_base), MODEL, port=0, poll_seconds=0,
+                                  rest_api_port=0)
+    host, port = running.rest_address.rsplit(":", 1)
+    idle = http.client.HTTPConnection(host, int(port), timeout=30)
+    busy = http.client.HTTPConnection(host, int(port), timeout=30)
+    stopper = threading.Thread(target=running.stop, kwargs={"grace": 5})
+    try:
+        assert predict_on(idle, "hola")[0].status == 200  # then left open, idle
+        answers = []
+        in_flight = threading.Thread(target=lambda: answers.append(
+            predict_on(busy, "hola __slow__")))  # busy-waits 1.5 s in the model
+        in_flight.start()
+        time.sleep(0.5)
+        stopper.start()
+        in_flight.join(30)
+        stopper.join(30)
+        assert not stopper.is_alive(), "the stop waited on an idle keep-alive connection"
+        (response, answer), = answers
+        assert response.status == 200 and response.getheader("Connection") == "close"
+        assert answer == {"predictions": [{"translations": "v2:hello __SLOW__",
+                                           "scores": -13.0}]}
+        with pytest.raises((ConnectionError, http.client.HTTPException)):
+            predict_on(idle, "hola")  # its connection was closed by the server
+    finally:
+        idle.close()
+        busy.close()
+        running.stop(grace=1)
+        stopper.join(30)
 
 
 # --------------------------------------------------------------------------------------------
@@ -389,6 +466,44 @@ def test_a_body_over_the_limit_is_read_then_answered_413(handle):
     assert status == 413
     assert answer == {"error": f"request body of {size} bytes exceeds the maximum of "
                                f"{rest_module.MAX_BODY_BYTES}"}
+    assert_still_serving(handle)
+
+
+def test_expect_100_continue_refuses_a_body_over_the_limit_before_it_is_sent(handle):
+    """curl sends `Expect: 100-continue` before a large body: an acceptable request gets `100
+    Continue` and then its answer; one over the limit its 413 at once, and no body is read."""
+    host, port = handle.rest_address.rsplit(":", 1)
+    body = json.dumps({"instances": ["hola"]}).encode()
+    head = (f"POST {PREDICT} HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+            f"Content-Length: {{length}}\r\n\r\n")
+    with socket.create_connection((host, int(port)), timeout=30) as connection:
+        connection.sendall(head.format(length=len(body)).encode())
+        assert connection.recv(64).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+        connection.sendall(body)
+        reader = connection.makefile("rb")
+        response = http.client.HTTPResponse(connection)
+        response.fp = reader
+        response.begin()
+        assert response.status == 200 and json.loads(response.read()) == {
+            "predictions": [{"translations": "v2:hello", "scores": -4.0}]}
+        reader.close()
+    size = rest_module.MAX_BODY_BYTES + 1
+    status, answer = status_and_answer(raw_exchange(handle, head.format(length=size).encode(),
+                                                    send_all=False))
+    assert status == 413 and answer == {
+        "error": f"request body of {size} bytes exceeds the maximum of "
+                 f"{rest_module.MAX_BODY_BYTES}"}
+    assert_still_serving(handle)
+
+
+def test_a_chunked_body_is_answered_411_and_the_connection_closed(handle):
+    body = json.dumps({"instances": ["hola"]}).encode()
+    request = (f"POST {PREDICT} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+               f"{len(body):x}\r\n").encode() + body + b"\r\n0\r\n\r\n"
+    response = raw_exchange(handle, request, send_all=False)  # read until the server closes
+    status, answer = status_and_answer(response)
+    assert status == 411 and "Content-Length" in answer["error"]
+    assert b"\r\nConnection: close\r\n" in response
     assert_still_serving(handle)
 
 

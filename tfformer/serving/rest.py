@@ -12,9 +12,11 @@ converted, the same errors; the JSON side follows TF Serving (``http_rest_api_ha
 * Errors: ``{"error": "..."}`` with TF Serving's HTTP status for the status code (400 for
   INVALID_ARGUMENT and FAILED_PRECONDITION, 404 NOT_FOUND, 500 INTERNAL, 501 UNIMPLEMENTED);
   a path outside ``/v1/`` is 404, any other method or path under it 400 ``Malformed request``;
-  a body over MAX_BODY_BYTES is 413, answered after the body is read and dropped.
+  a body over MAX_BODY_BYTES is 413, answered after the body is read and dropped (or before it
+  is sent, to a client that asks ``Expect: 100-continue``); a chunked body is 411.
 
-``RestServer`` serves it over HTTP/1.0 with the standard library's ThreadingHTTPServer.
+``RestServer`` serves it over HTTP/1.1 with the standard library's ThreadingHTTPServer: a
+client's connection stays open for its next requests (keep-alive), as TF Serving's does.
 """
 
 from __future__ import annotations
@@ -467,31 +469,74 @@ def _model_spec(name: str, version: str | None, label: str | None):
 def _handler_class(api: RestApi) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "tfformer-serve"
-        timeout = 60  # seconds a client may take to send its request
+        # Keep-alive: a client's next request reuses its connection, so N clients answered by
+        # one merged batch do not all reconnect at once, and a request costs no new thread.
+        protocol_version = "HTTP/1.1"
+        # An answer is two writes (the head, then the body). On a connection that stays open,
+        # Nagle's algorithm holds the body until the client ACKs the head, which it delays
+        # (~40 ms on Linux) while it waits for the rest of the answer.
+        disable_nagle_algorithm = True
+        timeout = 60  # seconds a client may take to send a request, or leave its connection idle
+
+        def handle_one_request(self) -> None:
+            if self.server.await_request(self):
+                try:
+                    super().handle_one_request()
+                finally:
+                    self.server.request_read(self)
+            else:
+                self.close_connection = True
+
+        def parse_request(self) -> bool:
+            self.server.request_read(self)  # the request line has come: no longer idle
+            return super().parse_request()
+
+        def handle_expect_100(self) -> bool:
+            """`Expect: 100-continue` (curl's for large bodies): a body that would be refused
+            is refused before the client sends it."""
+            refusal = self._refusal()
+            if refusal is None:
+                return super().handle_expect_100()
+            self._send(*refusal, close=True)
+            return False
+
+        def _refusal(self) -> tuple[int, dict] | None:
+            """The answer to a request whose body will not be read, from its headers alone."""
+            if self.headers.get("Transfer-Encoding"):
+                return 411, {"error": "a request body needs a Content-Length (chunked transfer "
+                                      "encoding is not supported)"}
+            length = self.headers.get("Content-Length") or "0"
+            if not length.isdigit():
+                return 400, {"error": f"invalid Content-Length: {length}"}
+            if int(length) > MAX_BODY_BYTES:
+                return 413, {"error": f"request body of {length} bytes exceeds the maximum of "
+                                      f"{MAX_BODY_BYTES}"}
+            return None
 
         def _answer(self) -> None:
-            length = self.headers.get("Content-Length") or "0"
-            refused = 0  # bytes of a body over the limit, read after the answer
-            if not length.isdigit():
-                status, answer = 400, {"error": f"invalid Content-Length: {length}"}
-            elif int(length) > MAX_BODY_BYTES:
-                refused = int(length)
-                status, answer = 413, {"error": f"request body of {length} bytes exceeds the "
-                                                f"maximum of {MAX_BODY_BYTES}"}
-            else:
-                body = self.rfile.read(int(length))
-                status, answer = api.handle(self.command, urlsplit(self.path).path, body)
+            refusal = self._refusal()
+            if refusal is None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or "0"))
+                # close_connection: the client's `Connection: close` or HTTP/1.0.
+                self._send(*api.handle(self.command, urlsplit(self.path).path, body),
+                           close=self.close_connection or self.server.closing)
+                return
+            # Where the body ends is unknown or it is not read: the connection cannot carry
+            # another request.
+            self._send(*refusal, close=True)
+            if refusal[0] == 413:
+                self.wfile.flush()
+                self._drain(int(self.headers["Content-Length"]))
+
+        def _send(self, status: int, answer: Any, *, close: bool) -> None:
             payload = json.dumps(answer, ensure_ascii=False).encode("utf-8")
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))
-            if refused:
-                self.send_header("Connection", "close")
+            if close:
+                self.send_header("Connection", "close")  # also ends this handler's loop
             self.end_headers()
             self.wfile.write(payload)
-            if refused:
-                self.wfile.flush()
-                self._drain(refused)
 
         def _drain(self, length: int) -> None:
             """Reads and drops up to `length` bytes of a refused body (DRAIN_LIMIT_BYTES at most),
@@ -518,10 +563,41 @@ def _handler_class(api: RestApi) -> type[BaseHTTPRequestHandler]:
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = False  # server_close() waits for the requests in flight
     block_on_close = True
-    # HTTP/1.0 opens a connection per request, so N clients answered by one merged batch
-    # reconnect at once. The kernel drops a SYN that finds the accept queue full, and the client
-    # sends it again only after a second: socketserver's default queue of 5 is too short.
+    # Clients without keep-alive (HTTP/1.0, `Connection: close`) connect once per request, so N
+    # of them answered by one merged batch reconnect at once. The kernel drops a SYN that finds
+    # the accept queue full, and the client sends it again only after a second: socketserver's
+    # default queue of 5 is too short.
     request_queue_size = REQUEST_QUEUE_SIZE
+
+    def __init__(self, *args, **kwargs):
+        self._lock = threading.Lock()
+        self._idle: set[BaseHTTPRequestHandler] = set()  # waiting for a request on keep-alive
+        self.closing = False
+        super().__init__(*args, **kwargs)
+
+    def await_request(self, handler: BaseHTTPRequestHandler) -> bool:
+        """Marks the handler's connection idle until its next request line; False once the
+        server is closing (the connection is then closed)."""
+        with self._lock:
+            if self.closing:
+                return False
+            self._idle.add(handler)
+            return True
+
+    def request_read(self, handler: BaseHTTPRequestHandler) -> None:
+        with self._lock:
+            self._idle.discard(handler)
+
+    def close_idle_connections(self) -> None:
+        """Closes the connections that wait for a next request; those answering one close
+        once it is answered. Then server_close() has no idle connection to wait for."""
+        with self._lock:
+            self.closing = True
+            for handler in self._idle:
+                try:
+                    handler.connection.shutdown(socket.SHUT_RDWR)
+                except OSError:  # the client closed it already
+                    pass
 
 
 class RestServer:
@@ -550,4 +626,5 @@ class RestServer:
 
     def close(self) -> None:
         self.shutdown()
+        self._httpd.close_idle_connections()
         self._httpd.server_close()
