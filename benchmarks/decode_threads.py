@@ -7,9 +7,14 @@ stdout.
     .venv/bin/python benchmarks/decode_threads.py --presets tiny --rounds 3 > decode_threads.json
 
 A setting is `INTRA/INTER` (`TF_NUM_INTRAOP_THREADS`, `TF_NUM_INTEROP_THREADS`; `default` leaves
-both unset: one intra-op thread per core). TF Serving's flags for the same pools are
-`--tensorflow_intra_op_parallelism` and `--tensorflow_inter_op_parallelism`. CTranslate2 keeps
-`decode.py`'s `--threads` in every run.
+both unset: one intra-op thread per core), optionally followed by `,onednn=0` or `,onednn=1`
+(`TF_ENABLE_ONEDNN_OPTS`; unset otherwise: TensorFlow's choice for the CPU). TF Serving's flags
+for the same pools are `--tensorflow_intra_op_parallelism` and
+`--tensorflow_inter_op_parallelism`; it reads `TF_ENABLE_ONEDNN_OPTS` from its environment as
+any TensorFlow process does. CTranslate2 keeps `decode.py`'s `--threads` in every run.
+
+    .venv/bin/python benchmarks/decode_threads.py --settings default default,onednn=0 \
+        1/1,onednn=0 --rounds 2 > decode_onednn.json
 """
 
 from __future__ import annotations
@@ -26,11 +31,19 @@ CASE = ("preset", "search", "batch")
 
 
 def environment(setting: str) -> dict[str, str]:
-    """The environment of a decode.py run under `setting` ("default" or "INTRA/INTER")."""
+    """The environment of a decode.py run under `setting` ("default" or "INTRA/INTER", then
+    optionally ",onednn=0" or ",onednn=1")."""
     env = {k: v for k, v in os.environ.items()
-           if k not in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")}
-    if setting != "default":
-        intra, _, inter = setting.partition("/")
+           if k not in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS",
+                        "TF_ENABLE_ONEDNN_OPTS")}
+    threads, _, onednn = setting.partition(",")
+    if onednn:
+        if onednn not in ("onednn=0", "onednn=1"):
+            raise ValueError(f"after the threads, a setting takes ',onednn=0' or ',onednn=1', "
+                             f"got {setting!r}")
+        env["TF_ENABLE_ONEDNN_OPTS"] = onednn[-1]
+    if threads != "default":
+        intra, _, inter = threads.partition("/")
         if not (intra.isdigit() and inter.isdigit() and int(intra) > 0 and int(inter) > 0):
             raise ValueError(f"a thread setting is 'default' or INTRA/INTER (positive "
                              f"integers), got {setting!r}")
@@ -41,7 +54,9 @@ def environment(setting: str) -> dict[str, str]:
 def summarize(runs: list[dict]) -> list[dict]:
     """Per case and setting: the median over rounds of our fp32 time over CTranslate2 fp32's
     (each from one run) and of our fp32 milliseconds, and the median over rounds of that ratio
-    against the first setting's in the same round.
+    against the first setting's in the same round (`time_over_FIRST`), and of our milliseconds
+    against the first setting's in the same round (`ms_over_FIRST`: without CTranslate2's own
+    noise, which on a shared 2-core machine can be 2x between runs).
 
     Args:
         runs: {"round", "setting", "formats": decode.py's "formats" rows}, in the order run.
@@ -57,24 +72,29 @@ def summarize(runs: list[dict]) -> list[dict]:
     summary = []
     for case, per_setting in rows.items():
         first = {round_: ratio for round_, ratio, _ in per_setting.get(settings[0], [])}
+        first_ms = {round_: ms for round_, _, ms in per_setting.get(settings[0], [])}
         for setting in settings:
             measured = per_setting.get(setting, [])
             if not measured:
                 continue
             against_first = [ratio / first[round_] for round_, ratio, _ in measured
                              if round_ in first]
+            ms_against_first = [ms / first_ms[round_] for round_, _, ms in measured
+                                if round_ in first_ms]
             summary.append({
                 **dict(zip(CASE, case)), "setting": setting, "rounds": len(measured),
                 "savedmodel_fp32_ms": round(statistics.median(ms for _, _, ms in measured), 1),
                 "over_ctranslate2_fp32": round(statistics.median(r for _, r, _ in measured), 2),
-                f"time_over_{settings[0]}": round(statistics.median(against_first), 2)})
+                f"time_over_{settings[0]}": round(statistics.median(against_first), 2),
+                f"ms_over_{settings[0]}": round(statistics.median(ms_against_first), 2)})
     return summary
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--settings", nargs="+", default=["default", "1/1"],
-                        help="thread settings, the first the reference: default or INTRA/INTER")
+                        help="settings, the first the reference: default or INTRA/INTER, then "
+                             "optionally ,onednn=0 or ,onednn=1")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--presets", nargs="+", default=["tiny"])
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 32])

@@ -28,9 +28,20 @@ def test_settings_set_both_pools_or_neither(bench, monkeypatch):
     assert "TF_NUM_INTRAOP_THREADS" not in bench.environment("default")
     env = bench.environment("1/2")
     assert (env["TF_NUM_INTRAOP_THREADS"], env["TF_NUM_INTEROP_THREADS"]) == ("1", "2")
-    for bad in ("0/1", "1", "a/b", "1/-1"):
+    for bad in ("0/1", "1", "a/b", "1/-1", "default,onednn=2", "1/1,mkl=0", "0/1,onednn=0"):
         with pytest.raises(ValueError, match=f"got '{bad}'"):
             bench.environment(bad)
+
+
+def test_onednn_is_set_only_where_the_setting_names_it(bench, monkeypatch):
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "1")
+    assert "TF_ENABLE_ONEDNN_OPTS" not in bench.environment("default")  # TensorFlow's choice
+    assert "TF_ENABLE_ONEDNN_OPTS" not in bench.environment("1/1")
+    env = bench.environment("default,onednn=0")
+    assert env["TF_ENABLE_ONEDNN_OPTS"] == "0" and "TF_NUM_INTRAOP_THREADS" not in env
+    env = bench.environment("1/2,onednn=1")
+    assert (env["TF_ENABLE_ONEDNN_OPTS"], env["TF_NUM_INTRAOP_THREADS"],
+            env["TF_NUM_INTEROP_THREADS"]) == ("1", "1", "2")
 
 
 def test_summary_pairs_each_setting_with_the_first_of_its_round(bench):
@@ -50,4 +61,7 @@ def test_summary_pairs_each_setting_with_the_first_of_its_round(bench):
     assert summary["1/1"]["time_over_default"] == 0.7
     assert summary["1/1"]["over_ctranslate2_fp32"] == 0.7
     assert summary["1/1"]["savedmodel_fp32_ms"] == 30.0 and summary["1/1"]["rounds"] == 3
+    # Our milliseconds against the first setting's of the round: 0.5, 0.667, 0.75.
+    assert summary["default"]["ms_over_default"] == 1.0
+    assert summary["1/1"]["ms_over_default"] == 0.67
     assert {row["search"] for row in summary.values()} == {"greedy"}

@@ -524,9 +524,10 @@ def _handler_class(api: RestApi) -> type[BaseHTTPRequestHandler]:
             # Where the body ends is unknown or it is not read: the connection cannot carry
             # another request.
             self._send(*refusal, close=True)
-            if refusal[0] == 413:
+            if refusal[0] in (411, 413):  # a body follows: drop it, so that the close is no reset
                 self.wfile.flush()
-                self._drain(int(self.headers["Content-Length"]))
+                self._drain(DRAIN_LIMIT_BYTES if refusal[0] == 411
+                            else int(self.headers["Content-Length"]))
 
         def _send(self, status: int, answer: Any, *, close: bool) -> None:
             payload = json.dumps(answer, ensure_ascii=False).encode("utf-8")
