@@ -480,13 +480,11 @@ def test_expect_100_continue_refuses_a_body_over_the_limit_before_it_is_sent(han
         connection.sendall(head.format(length=len(body)).encode())
         assert connection.recv(64).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
         connection.sendall(body)
-        reader = connection.makefile("rb")
-        response = http.client.HTTPResponse(connection)
-        response.fp = reader
+        response = http.client.HTTPResponse(connection)  # reads the answer from the socket
         response.begin()
         assert response.status == 200 and json.loads(response.read()) == {
             "predictions": [{"translations": "v2:hello", "scores": -4.0}]}
-        reader.close()
+        response.close()
     size = rest_module.MAX_BODY_BYTES + 1
     status, answer = status_and_answer(raw_exchange(handle, head.format(length=size).encode(),
                                                     send_all=False))
