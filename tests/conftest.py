@@ -1,6 +1,7 @@
 """Shared test setup: quiet TensorFlow logs, deterministic seeds, small model configs."""
 
 import fcntl
+import gc
 import hashlib
 import json
 import os
@@ -206,6 +207,14 @@ def pytest_collection_modifyitems(config, items):
         ordered += dealt[share] + fast[:taken]
         fast = fast[taken:]
     items[:] = ordered + fast
+
+
+def pytest_collection_finish(session):
+    """The test modules' imports (TensorFlow, Keras, JAX) stay for the whole session: frozen out
+    of Python's cyclic garbage collector, as the console scripts freeze theirs
+    (`tfformer.cli.console.import_tensorflow`), so that its full collections during the tests'
+    tracing do not walk them again."""
+    gc.freeze()
 
 
 # CPU seconds per test (`--cpu-durations N`): this process's and its waited-for subprocesses'

@@ -1,6 +1,6 @@
 """The console scripts' TensorFlow import: without the packages TensorFlow would load for
 integrations no script uses, on the TensorFlow backend only, and with those packages usable
-afterwards."""
+afterwards; its objects frozen out of the cyclic garbage collector."""
 
 import json
 import os
@@ -10,14 +10,15 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 REPORT = """
-import json, sys
+import gc, json, sys
 from tfformer.cli.console import import_tensorflow
 from tfformer.utils.backends import chosen_backend
 backend = chosen_backend()
 import_tensorflow()
 report = {"backend": backend,
           "imported": sorted(name for name in ("tensorflow", "keras", "matplotlib", "jax")
-                             if name in sys.modules)}
+                             if name in sys.modules),
+          "frozen": gc.get_freeze_count()}
 if "tensorflow" in sys.modules:
     import jax
     import keras
@@ -44,16 +45,19 @@ def test_tensorflow_is_imported_without_matplotlib_and_jax_which_still_import_af
     got = report(tmp_path)
     assert got["backend"] == "tensorflow"
     assert got["imported"] == ["keras", "tensorflow"]
+    # The import's objects are frozen out of the cyclic garbage collector's reach.
+    assert got["frozen"] > 100_000
     assert got["then"] == ["tensorflow", 3, 1]
 
 
 def test_on_another_backend_nothing_is_imported(tmp_path):
     """KERAS_BACKEND, else keras.json in KERAS_HOME, as Keras reads them: a JAX run of
     tfformer-train imports TensorFlow only if it needs it, and then as usual."""
-    assert report(tmp_path, KERAS_BACKEND="jax") == {"backend": "jax", "imported": []}
+    assert report(tmp_path, KERAS_BACKEND="jax") == {"backend": "jax", "imported": [],
+                                                     "frozen": 0}
     (tmp_path / "keras-home").mkdir()
     (tmp_path / "keras-home" / "keras.json").write_text(json.dumps({"backend": "jax"}))
-    assert report(tmp_path) == {"backend": "jax", "imported": []}
+    assert report(tmp_path) == {"backend": "jax", "imported": [], "frozen": 0}
     assert report(tmp_path, KERAS_BACKEND="tensorflow")["imported"] == ["keras", "tensorflow"]
 
 

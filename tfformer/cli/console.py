@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import importlib.util
 import logging
 import os
@@ -84,7 +85,12 @@ def import_tensorflow() -> None:
     """Imports TensorFlow (and with it Keras) when Keras will run on TensorFlow, without the
     packages of HIDDEN_AT_TENSORFLOW_IMPORT, which import as usual afterwards (the training
     history's plot); otherwise (the JAX backend, TensorFlow already imported or not installed)
-    does nothing. Call once the script's backend is chosen."""
+    does nothing. Call once the script's backend is chosen.
+
+    The import's objects (modules, classes, op definitions: millions) live as long as the
+    process, so they are then frozen out of Python's cyclic garbage collector, whose full
+    collections would otherwise walk them again and again while TensorFlow traces
+    (`gc.freeze`)."""
     if "tensorflow" in sys.modules or chosen_backend() != "tensorflow" \
             or importlib.util.find_spec("tensorflow") is None:
         return
@@ -97,3 +103,4 @@ def import_tensorflow() -> None:
         for name in hidden:
             if name in sys.modules and sys.modules[name] is None:
                 del sys.modules[name]
+    gc.freeze()

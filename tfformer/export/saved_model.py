@@ -96,8 +96,10 @@ import json, os, sys
 os.environ["KERAS_BACKEND"] = "tensorflow"
 sys.modules.update(dict.fromkeys({HIDDEN_AT_TENSORFLOW_IMPORT!r}))
 """ + """
+import gc
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  registers the SentencePiece ops
+gc.freeze()  # the imports' objects, out of the cyclic collector's walks (as the console scripts)
 loaded = tf.saved_model.load(sys.argv[1])
 calls, dtypes = json.loads(sys.stdin.read())
 answers = {}
