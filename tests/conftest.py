@@ -209,12 +209,18 @@ def pytest_collection_modifyitems(config, items):
     items[:] = ordered + fast
 
 
-def pytest_collection_finish(session):
-    """The test modules' imports (TensorFlow, Keras, JAX) stay for the whole session: frozen out
-    of Python's cyclic garbage collector, as the console scripts freeze theirs
-    (`tfformer.cli.console.import_tensorflow`), so that its full collections during the tests'
-    tracing do not walk them again."""
-    gc.freeze()
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session):
+    """The test modules' imports (TensorFlow, Keras, JAX) stay for the whole session: Python's
+    cyclic garbage collector is off while they import, and their objects are then frozen out of
+    its reach, as the console scripts do with TensorFlow's
+    (`tfformer.cli.console.import_tensorflow`)."""
+    gc.disable()
+    try:
+        return (yield)
+    finally:
+        gc.freeze()
+        gc.enable()
 
 
 # CPU seconds per test (`--cpu-durations N`): this process's and its waited-for subprocesses'

@@ -97,9 +97,11 @@ os.environ["KERAS_BACKEND"] = "tensorflow"
 sys.modules.update(dict.fromkeys({HIDDEN_AT_TENSORFLOW_IMPORT!r}))
 """ + """
 import gc
-import tensorflow as tf
+gc.disable()  # the imports make no garbage to collect; then out of the collector's reach, as
+import tensorflow as tf  # in the console scripts (tfformer.cli.console.import_tensorflow)
 import tensorflow_text  # noqa: F401  registers the SentencePiece ops
-gc.freeze()  # the imports' objects, out of the cyclic collector's walks (as the console scripts)
+gc.freeze()
+gc.enable()
 loaded = tf.saved_model.load(sys.argv[1])
 calls, dtypes = json.loads(sys.stdin.read())
 answers = {}
