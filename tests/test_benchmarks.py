@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from tests.benchmark_script import load_benchmark
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -98,14 +100,9 @@ def test_keras_search_benchmark_finds_the_graph_search_tokens_under_jax():
 def test_alignments_benchmark_finds_reordered_phrases_and_the_words_of_pieces():
     """benchmarks/alignments.py's gold: Spanish NOUN ADJECTIVE phrases whose English is
     ADJECTIVE NOUN, and the word each SentencePiece piece belongs to."""
-    import importlib.util
-
     from tfformer.data.builtin import builtin_pairs
 
-    spec = importlib.util.spec_from_file_location(
-        "alignments_benchmark", os.path.join(ROOT, "benchmarks", "alignments.py"))
-    benchmark = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(benchmark)
+    benchmark = load_benchmark("alignments")
     assert benchmark.word_of_pieces(["\u2581Los", "\u2581per", "ros", "\u2581rojo", "s", "."]) \
         == [0, 1, 1, 2, 2, 2]
     nouns = {"perros": "dogs", "casa": "house"}

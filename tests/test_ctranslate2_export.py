@@ -19,6 +19,7 @@ import keras  # noqa: E402
 import sentencepiece as spm  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from tests.benchmark_script import load_benchmark  # noqa: E402
 from tfformer import Transformer, TransformerConfig  # noqa: E402
 from tfformer.cli.export import main as export_main  # noqa: E402
 from tfformer.data.builtin import builtin_pairs  # noqa: E402
@@ -376,11 +377,7 @@ def test_the_benchmarks_worker_translates_as_ctranslate2_in_a_process_without_te
         exported, translator, sentencepiece):
     """benchmarks/ct2_process.py: the model in a child process that loads no TensorFlow, with
     the in-process Translator's hypotheses."""
-    spec = importlib.util.spec_from_file_location("ct2_process", os.path.join(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks",
-        "ct2_process.py"))
-    ct2_process = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ct2_process)
+    ct2_process = load_benchmark("ct2_process")
     sources = pieces(sentencepiece, [s for s, _ in PAIRS[:8]])
     options = dict(beam_size=4, length_penalty=0.6, max_decoding_length=MAX_DECODING,
                    **ct2_export.TRANSLATE_OPTIONS)

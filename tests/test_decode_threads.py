@@ -1,21 +1,14 @@
 """benchmarks/decode_threads.py: its thread settings and how it pairs runs by round (its full
 run is benchmarks/results/decode_threads.json)."""
 
-import importlib.util
-import os
-
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.benchmark_script import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location(
-        "decode_threads", os.path.join(ROOT, "benchmarks", "decode_threads.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("decode_threads")
 
 
 def formats_row(search, batch, ratio, ms):

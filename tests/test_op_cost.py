@@ -1,22 +1,16 @@
 """benchmarks/op_cost.py: the line it fits through its timings, its arguments, and its report
 (its full runs are benchmarks/results/op_cost*.json)."""
 
-import importlib.util
 import json
-import os
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.benchmark_script import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location(
-        "op_cost", os.path.join(ROOT, "benchmarks", "op_cost.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("op_cost")
 
 
 def test_the_fit_splits_a_call_into_cost_per_op_and_per_step(bench):

@@ -2,7 +2,6 @@
 end at tiny size on CPU (the GPU run is in benchmarks/results/train_gpu.json when there is one)."""
 
 import importlib
-import importlib.util
 import json
 import math
 import os
@@ -11,6 +10,8 @@ import sys
 
 import numpy as np
 import pytest
+
+from tests.benchmark_script import load_benchmark
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "benchmarks", "train_gpu.py")
@@ -24,13 +25,6 @@ def require(module: str):
         if os.environ.get("CI"):
             pytest.fail(f"{module} is required in CI (pip install -e '.[test,torch]')")
         pytest.skip(f"{module} is not installed")
-
-
-def load_benchmark():
-    spec = importlib.util.spec_from_file_location("train_gpu", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def matmul_flops(config, batch, source_length, target_length):
@@ -127,7 +121,7 @@ def test_torch_model_matches_tfformer_numerically():
     from tfformer.model.losses import MaskedLabelSmoothedCrossEntropy
     from tfformer.model.transformer import Transformer
 
-    benchmark = load_benchmark()
+    benchmark = load_benchmark("train_gpu")
     config = TransformerConfig(vocab_size=50, d_model=32, num_heads=4, d_ff=64,
                                num_encoder_layers=2, num_decoder_layers=2, max_length=64,
                                dropout=0.0)
@@ -167,7 +161,7 @@ def test_torch_model_matches_tfformer_numerically():
 
 
 def test_flops_formula_counts_every_matmul():
-    benchmark = load_benchmark()
+    benchmark = load_benchmark("train_gpu")
     for preset in ("tiny", "base", "big"):
         config = benchmark.model_config(preset, 32000, 64)
         for batch, length in ((384, 64), (8, 16)):
@@ -215,7 +209,7 @@ def test_benchmark_runs_every_contender_at_tiny_size(tmp_path):
     assert report == json.loads(out.read_text())
     assert report["failed"] == []
 
-    benchmark = load_benchmark()
+    benchmark = load_benchmark("train_gpu")
     config = benchmark.model_config("tiny", vocab, length)
     flops = matmul_flops(config, batch, length, length)
     assert report["flops_per_step"] == flops
