@@ -87,11 +87,11 @@ def import_tensorflow() -> None:
     history's plot); otherwise (the JAX backend, TensorFlow already imported or not installed)
     does nothing. Call once the script's backend is chosen.
 
-    The import makes ~290k objects that live as long as the process, and next to no garbage:
-    Python's cyclic garbage collector is off while it runs (its full collections, triggered
-    as the heap grows, took ~1 of its ~2.5 CPU seconds), and the objects are then frozen out
-    of its reach (`gc.freeze`), so that its collections while TensorFlow traces do not walk
-    them again."""
+    The import makes hundreds of thousands of objects that live as long as the process, and
+    next to no garbage: Python's cyclic garbage collector, whose full collections the growing
+    heap would trigger again and again, is off while it runs, and the objects are then frozen
+    out of its reach (`gc.freeze`), so that its collections while TensorFlow traces do not walk
+    them either."""
     if "tensorflow" in sys.modules or chosen_backend() != "tensorflow" \
             or importlib.util.find_spec("tensorflow") is None:
         return

@@ -96,9 +96,11 @@ import json, os, sys
 os.environ["KERAS_BACKEND"] = "tensorflow"
 sys.modules.update(dict.fromkeys({HIDDEN_AT_TENSORFLOW_IMPORT!r}))
 """ + """
+# The imports make no garbage: the cyclic garbage collector is off while they run, and their
+# objects are then out of its reach, as in the console scripts (cli.console.import_tensorflow).
 import gc
-gc.disable()  # the imports make no garbage to collect; then out of the collector's reach, as
-import tensorflow as tf  # in the console scripts (tfformer.cli.console.import_tensorflow)
+gc.disable()
+import tensorflow as tf
 import tensorflow_text  # noqa: F401  registers the SentencePiece ops
 gc.freeze()
 gc.enable()
