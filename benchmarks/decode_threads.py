@@ -71,16 +71,15 @@ def summarize(runs: list[dict]) -> list[dict]:
                  row["savedmodel-fp32"]["median_ms"]))
     summary = []
     for case, per_setting in rows.items():
-        first = {round_: ratio for round_, ratio, _ in per_setting.get(settings[0], [])}
-        first_ms = {round_: ms for round_, _, ms in per_setting.get(settings[0], [])}
+        first = {round_: (ratio, ms) for round_, ratio, ms in per_setting.get(settings[0], [])}
         for setting in settings:
             measured = per_setting.get(setting, [])
             if not measured:
                 continue
-            against_first = [ratio / first[round_] for round_, ratio, _ in measured
-                             if round_ in first]
-            ms_against_first = [ms / first_ms[round_] for round_, _, ms in measured
-                                if round_ in first_ms]
+            paired = [(ratio / first[round_][0], ms / first[round_][1])
+                      for round_, ratio, ms in measured if round_ in first]
+            against_first = [ratio for ratio, _ in paired]
+            ms_against_first = [ms for _, ms in paired]
             summary.append({
                 **dict(zip(CASE, case)), "setting": setting, "rounds": len(measured),
                 "savedmodel_fp32_ms": round(statistics.median(ms for _, _, ms in measured), 1),
