@@ -4,6 +4,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from concurrent import futures
@@ -70,11 +71,33 @@ def exported_translator(run_dir):
     return load_translator(run_dir, max_output_extra=EXTRA)
 
 
+# What `exported` saw of its fresh process: whether it ran at each in-memory check, and its exit.
+FRESH_PROCESS_SEEN: dict[str, list] = {}
+
+
 @pytest.fixture(scope="module")
 def exported(exported_translator, tmp_path_factory):
+    import tfformer.export.saved_model as export_module
+
     base = tmp_path_factory.mktemp("models")
-    path = export_saved_model(exported_translator, base, "tfformer", 1,
-                              check_sentences=SENTENCES)
+    started, running = [], []
+    start, in_memory = export_module.FreshProcess.__init__, export_module.run_in_memory
+
+    def recorded_start(self, *args, **kwargs):
+        start(self, *args, **kwargs)
+        started.append(self)
+
+    def recorded_in_memory(*args, **kwargs):
+        running.append([fresh.process.poll() is None for fresh in started])
+        return in_memory(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(export_module.FreshProcess, "__init__", recorded_start)
+        patch.setattr(export_module, "run_in_memory", recorded_in_memory)
+        path = export_saved_model(exported_translator, base, "tfformer", 1,
+                                  check_sentences=SENTENCES)
+    FRESH_PROCESS_SEEN.update(running=running,
+                              exits=[fresh.process.returncode for fresh in started])
     return base, path
 
 
@@ -83,6 +106,13 @@ def test_export_writes_the_tf_serving_layout_and_nothing_else(exported):
     assert path == os.path.join(base, "tfformer", "1")
     assert {"assets", "saved_model.pb", "variables"} <= set(os.listdir(path))
     assert os.listdir(os.path.join(base, "tfformer")) == ["1"]  # no staging dir left
+
+
+def test_the_fresh_process_imports_and_loads_the_export_while_the_in_memory_check_runs(
+        exported):
+    """The export starts its fresh process before it calls the in-memory Translator, so that
+    the new process's TensorFlow import and SavedModel load (seconds) overlap those calls."""
+    assert FRESH_PROCESS_SEEN == {"running": [[True], [True]], "exits": [0]}
 
 
 def test_export_traces_each_search_once_for_the_save_and_its_checks(
@@ -223,15 +253,20 @@ def test_export_that_translates_differently_fails_and_leaves_no_version(
         translator, tmp_path, monkeypatch):
     import tfformer.export.saved_model as export_module
 
-    def wrong(path, calls, *args):  # every signature right but the sample
+    started = []
+
+    def wrong(self, calls, *args):  # every signature right but the sample
+        started.append(self)
         answers = run_in_memory(translator, calls)
         answers[SAMPLE_SIGNATURE]["translations"] = ["x"]
         return answers
 
-    monkeypatch.setattr(export_module, "run_in_fresh_process", wrong)
+    monkeypatch.setattr(export_module.FreshProcess, "answers", wrong)
     with pytest.raises(ExportError, match=r"translates differently .*\(translate_sample\)"):
         export_saved_model(translator, tmp_path, "tfformer", 1, check_sentences=["hola"])
     assert not os.path.exists(tmp_path / "tfformer" / "1")
+    # The fresh process it never asked was killed, not left behind.
+    assert [fresh.process.returncode for fresh in started] == [-signal.SIGKILL]
 
 
 def test_nbest_signature_is_the_beam_best_first_and_refuses_a_k_outside_it(exported, translator):

@@ -122,30 +122,68 @@ print(json.dumps(answers))
 """
 
 
+class FreshProcess:
+    """A new `python` process that imports tensorflow and tensorflow_text only and loads the
+    export as soon as it starts; `answers(calls)` then sends it the calls. Start it before
+    other work (the export's in-memory check): its import and load take seconds of their own.
+    A context manager: leaving it kills the process if it still runs.
+
+    Args:
+        export_dir: the SavedModel's directory.
+        python: the interpreter (another TensorFlow's, for the TF 2.20 check).
+    """
+
+    def __init__(self, export_dir: str | os.PathLike, python: str = sys.executable):
+        env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        self.export_dir = os.path.abspath(export_dir)
+        self.process = subprocess.Popen(
+            [python, "-c", _FRESH_PROCESS_SCRIPT, self.export_dir], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            # Not the caller's cwd: `python -c` puts it on sys.path, and the check must not
+            # find tfformer there.
+            env=env, cwd=os.path.dirname(self.export_dir))
+
+    def answers(self, calls: dict[str, dict[str, list]], timeout: float = 600) -> dict[str, Any]:
+        """Calls signatures of the export: `calls` is {signature: {input: [one value per
+        sentence]}}. Once only: the process exits after answering.
+
+        Returns:
+            {signature: {output: values flattened, "shape/" + output: its shape}, "modules":
+            tfformer modules seen (none), "versions": {"tensorflow", "tensorflow_text": the
+            versions that ran it}}.
+        """
+        try:
+            stdout, stderr = self.process.communicate(json.dumps([calls, INPUT_DTYPES]),
+                                                      timeout=timeout)
+        finally:
+            self.close()
+        if self.process.returncode != 0:
+            raise ExportError(f"loading {self.export_dir} in a fresh process failed:\n"
+                              f"{stderr[-4000:]}")
+        return json.loads(stdout.strip().splitlines()[-1])
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+            stream.close()
+
+    def __enter__(self) -> FreshProcess:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
 def run_in_fresh_process(export_dir: str | os.PathLike, calls: dict[str, dict[str, list]],
                          python: str = sys.executable, timeout: float = 600) -> dict[str, Any]:
     """Calls signatures of the export in a new `python` process that imports tensorflow and
-    tensorflow_text only: `calls` is {signature: {input: [one value per sentence]}}.
-
-    Returns:
-        {signature: {output: values flattened, "shape/" + output: its shape}, "modules":
-        tfformer modules seen (none), "versions": {"tensorflow", "tensorflow_text": the
-        versions that ran it}}.
-    """
-    env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    export_dir = os.path.abspath(export_dir)
-    result = subprocess.run(
-        [python, "-c", _FRESH_PROCESS_SCRIPT, export_dir],
-        input=json.dumps([calls, INPUT_DTYPES]), capture_output=True, text=True,
-        timeout=timeout,
-        # Not the caller's cwd: `python -c` puts it on sys.path, and the check must not find
-        # tfformer there.
-        env=env, cwd=os.path.dirname(export_dir))
-    if result.returncode != 0:
-        raise ExportError(f"loading {export_dir} in a fresh process failed:\n"
-                          f"{result.stderr[-4000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    tensorflow_text only (`FreshProcess`): `calls` and the answers as `FreshProcess.answers`
+    takes and gives them."""
+    with FreshProcess(export_dir, python) as process:
+        return process.answers(calls, timeout)
 
 
 def check_calls(sentences: Sequence[str], k: int,
@@ -266,21 +304,22 @@ def export_saved_model(translator: Translator, model_base_path: str | os.PathLik
     write_warmup_requests(staging_dir, warmup_requests(
         name, {signature: warmup_calls[signature] for signature in SIGNATURE_NAMES}))
     if check_sentences:
-        # The prefixes: the first word of each translation, as an autocompletion would send,
-        # cut well within the prefix limit in pieces (an undertrained model's first "word" may
-        # be a whole translation without spaces).
-        calls = check_calls(check_sentences, translator.beam_size)
-        expected = run_in_memory(translator, {DEFAULT_SIGNATURE: calls[DEFAULT_SIGNATURE]},
-                                 signatures)
-        longest = translator.max_prefix_pieces // 2
-        calls[PREFIX_SIGNATURE][PREFIXES_NAME] = [
-            text.split(" ")[0][:longest]
-            for text in expected[DEFAULT_SIGNATURE][OUTPUT_TRANSLATIONS]]
-        expected.update(run_in_memory(translator, {signature: inputs for signature, inputs
-                                                   in calls.items()
-                                                   if signature != DEFAULT_SIGNATURE},
-                                      signatures))
-        got = run_in_fresh_process(staging_dir, calls)
+        with FreshProcess(staging_dir) as fresh:  # it imports and loads while this one checks
+            # The prefixes: the first word of each translation, as an autocompletion would
+            # send, cut well within the prefix limit in pieces (an undertrained model's first
+            # "word" may be a whole translation without spaces).
+            calls = check_calls(check_sentences, translator.beam_size)
+            expected = run_in_memory(translator, {DEFAULT_SIGNATURE: calls[DEFAULT_SIGNATURE]},
+                                     signatures)
+            longest = translator.max_prefix_pieces // 2
+            calls[PREFIX_SIGNATURE][PREFIXES_NAME] = [
+                text.split(" ")[0][:longest]
+                for text in expected[DEFAULT_SIGNATURE][OUTPUT_TRANSLATIONS]]
+            expected.update(run_in_memory(translator, {signature: inputs for signature, inputs
+                                                       in calls.items()
+                                                       if signature != DEFAULT_SIGNATURE},
+                                          signatures))
+            got = fresh.answers(calls)
         for signature in calls:
             _check_same(check_sentences, expected[signature][OUTPUT_TRANSLATIONS],
                         got[signature][OUTPUT_TRANSLATIONS], f" ({signature})")
