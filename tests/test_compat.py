@@ -65,3 +65,29 @@ def test_reducible_logs_adds_an_axis_only_for_multi_worker(multi_worker):
     strategy = Fake() if multi_worker else tf.distribute.get_strategy()
     logs = compat.reducible_logs(strategy, {"loss": tf.constant(2.0)})
     assert logs["loss"].shape == ((1,) if multi_worker else ())
+
+
+def test_layer_norm_computes_what_keras_does_without_keras_reshapes_of_gamma_and_beta():
+    """tfformer's LayerNorm is Keras' LayerNormalization (same weights, bit-identical outputs),
+    but Keras reshapes gamma and beta at every call for axis -1 and it does not. When Keras
+    stops reshaping, the subclass (tfformer/model/layers/layer_norm.py) can go."""
+    from tfformer.model.layers.layer_norm import LayerNorm
+
+    rng = np.random.default_rng(0)
+    ours = LayerNorm(epsilon=1e-6)
+    theirs = keras.layers.LayerNormalization(epsilon=1e-6)
+    x = rng.normal(size=(3, 5, 8)).astype("float32")
+    for layer in (ours, theirs):
+        layer.build(x.shape)
+        layer.gamma.assign(rng.normal(size=8).astype("float32") if layer is ours
+                           else ours.gamma.numpy())
+        layer.beta.assign(rng.normal(size=8).astype("float32") if layer is ours
+                          else ours.beta.numpy())
+    assert [w.path.split("/")[-1] for w in ours.weights] == ["gamma", "beta"]
+    np.testing.assert_array_equal(ours(x).numpy(), theirs(x).numpy())
+    reshapes = {}
+    for name, layer in (("ours", ours), ("keras", theirs)):
+        graph = tf.function(layer).get_concrete_function(
+            tf.TensorSpec([None, None, 8], tf.float32)).graph
+        reshapes[name] = sum(op.type == "Reshape" for op in graph.get_operations())
+    assert reshapes == {"ours": 0, "keras": 2}

@@ -36,3 +36,20 @@ def test_feed_forward_weights_keep_the_dense_layout():
     assert [w.path for w in ffn.weights] == [
         "ffn/inner/kernel", "ffn/inner/bias",
         "ffn/outer/kernel", "ffn/outer/bias"]
+
+
+def test_a_step_of_one_position_reshapes_back_to_a_constant_shape():
+    """In a decoding step ([batch, 1, d_model], batch unknown) the output's shape is [-1, 1, d]:
+    a constant, not the Shape, StridedSlice and Pack ops a computed one adds to every step.
+    With T unknown too (training), T comes from the input and the output keeps its shape."""
+    tf = pytest.importorskip("tensorflow")
+    ffn = PositionwiseFeedForward(d_model=8, d_ff=32)
+    ffn.build((None, None, 8))
+    ops_of = {}
+    for name, spec in (("step", [None, 1, 8]), ("training", [None, None, 8])):
+        graph = tf.function(ffn).get_concrete_function(tf.TensorSpec(spec, tf.float32)).graph
+        ops_of[name] = {op.type for op in graph.get_operations()}
+    assert not ops_of["step"] & {"Shape", "StridedSlice", "Pack"}, ops_of["step"]
+    assert "Shape" in ops_of["training"]
+    out = ffn(tf.zeros([2, 7, 8]))
+    assert tuple(out.shape) == (2, 7, 8)

@@ -40,8 +40,8 @@ class PositionwiseFeedForward(keras.layers.Layer):
     def call(self, inputs):
         rows = ops.reshape(inputs, (-1, self.d_model))
         hidden = ops.relu(kernels.affine(rows, self.inner.kernel, self.inner.bias))
-        return ops.reshape(kernels.affine(hidden, self.outer.kernel, self.outer.bias),
-                           ops.shape(inputs))
+        return kernels.rows_as(kernels.affine(hidden, self.outer.kernel, self.outer.bias),
+                               inputs)
 
     def compute_output_shape(self, inputs_shape):
         return inputs_shape

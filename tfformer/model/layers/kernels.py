@@ -51,6 +51,15 @@ def affine(rows, kernel, bias=None):
     return output if bias is None else output + ops.cast(bias, rows.dtype)
 
 
+def rows_as(rows, like):
+    """rows [n, d] (the 2-D form `affine` takes) back in `like`'s shape [batch, ..., d]. The
+    batch is -1, so a shape static past it (a decoding step's [batch, 1, d]) is a constant,
+    not the Shape, StridedSlice and Pack ops that computing it would add to every step."""
+    dynamic = None if None not in like.shape[1:] else ops.shape(like)
+    return ops.reshape(rows, (-1, *(size if size is not None else dynamic[axis]
+                                    for axis, size in enumerate(like.shape[1:], 1))))
+
+
 def gather_rows(table, ids, dtype=None):
     """table[ids] (an embedding lookup, or the cache rows a beam search keeps), in `dtype`."""
     if dtype is not None:

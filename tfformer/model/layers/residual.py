@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import keras
 
+from tfformer.model.layers.layer_norm import LayerNorm
+
 
 @keras.saving.register_keras_serializable(package="tfformer")
 class SublayerConnection(keras.layers.Layer):
@@ -34,7 +36,7 @@ class SublayerConnection(keras.layers.Layer):
         self.norm = norm
         self.dropout = dropout
         self.epsilon = epsilon
-        self.layer_norm = keras.layers.LayerNormalization(epsilon=epsilon, name="layer_norm")
+        self.layer_norm = LayerNorm(epsilon=epsilon, name="layer_norm")
         self.dropout_layer = keras.layers.Dropout(dropout)
 
     def build(self, inputs_shape, sublayer_output_shape=None):

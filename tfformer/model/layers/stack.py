@@ -9,6 +9,7 @@ from tfformer.model.layers.embedding import (
     LearnedPositionalEmbedding,
     SinusoidalPositionalEncoding,
 )
+from tfformer.model.layers.layer_norm import LayerNorm
 
 
 class TransformerLayerBase(keras.layers.Layer):
@@ -67,7 +68,7 @@ class LayerStack(TransformerLayerBase):
         self.stack = [self.layer_class(**self.layer_arguments(), name=f"layer_{i}")
                       for i in range(num_layers)]
         # Pre-norm leaves the residual stream unnormalised: one last LayerNorm closes the stack.
-        self.final_norm = keras.layers.LayerNormalization(epsilon=epsilon, name="final_norm") \
+        self.final_norm = LayerNorm(epsilon=epsilon, name="final_norm") \
             if norm == "pre" else None
 
     def build_stack(self, embeddings_shape, *layer_shapes):
