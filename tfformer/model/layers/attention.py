@@ -227,7 +227,7 @@ class MultiHeadAttention(keras.layers.Layer):
         context = ops.reshape(context, (-1, self.num_heads * self.key_dim))
         output_kernel = ops.reshape(self.output_kernel, (self.num_heads * self.key_dim, -1))
         output = kernels.affine(context, output_kernel, self.output_bias)
-        output = ops.reshape(output, (-1, ops.shape(query)[1], query.shape[-1]))
+        output = kernels.rows_as(output, query)
         outputs = (output,) if cache is None else (output, (keys, values))
         if return_attention_scores:
             outputs += (weights,)

@@ -142,7 +142,7 @@ class SharedEmbedding(keras.layers.Layer):
             logits = kernels.matmul_transposed(flat, self.embeddings)
         else:
             logits = ops.matmul(flat, ops.cast(projection, flat.dtype))
-        return ops.reshape(logits, tuple(ops.shape(x)[:-1]) + (self.vocab_size,))
+        return kernels.rows_as(logits, x)
 
     def projection(self):
         """E^T, [d_model, vocab], in the compute dtype: a decoding loop computes it once per

@@ -52,12 +52,14 @@ def affine(rows, kernel, bias=None):
 
 
 def rows_as(rows, like):
-    """rows [n, d] (the 2-D form `affine` takes) back in `like`'s shape [batch, ..., d]. The
-    batch is -1, so a shape static past it (a decoding step's [batch, 1, d]) is a constant,
-    not the Shape, StridedSlice and Pack ops that computing it would add to every step."""
-    dynamic = None if None not in like.shape[1:] else ops.shape(like)
+    """rows [n, k] (the 2-D form `affine` takes and gives) back in the leading shape of `like`
+    [batch, ..., d]: [batch, ..., k]. The batch is -1, so a shape static past it (a decoding
+    step's [batch, 1, k]) is a constant, not the Shape, StridedSlice and Pack ops that
+    computing it would add to every step."""
+    middle = like.shape[1:-1]
+    dynamic = None if None not in middle else ops.shape(like)
     return ops.reshape(rows, (-1, *(size if size is not None else dynamic[axis]
-                                    for axis, size in enumerate(like.shape[1:], 1))))
+                                    for axis, size in enumerate(middle, 1)), rows.shape[-1]))
 
 
 def gather_rows(table, ids, dtype=None):
