@@ -56,19 +56,25 @@ def summarize(runs: list[dict]) -> list[dict]:
     (each from one run) and of our fp32 milliseconds, and the median over rounds of that ratio
     against the first setting's in the same round (`time_over_FIRST`), and of our milliseconds
     against the first setting's in the same round (`ms_over_FIRST`: without CTranslate2's own
-    noise, which on a shared 2-core machine can be 2x between runs).
+    noise, which on a shared 2-core machine can be 2x between runs). At batch 1, also the median
+    of `floor_over_ctranslate2_fp32`: the step's matmuls alone with TensorFlow's kernels over
+    CTranslate2 fp32's whole decoding, the least our float32 time over CTranslate2's can be.
 
     Args:
         runs: {"round", "setting", "formats": decode.py's "formats" rows}, in the order run.
     """
     settings = list(dict.fromkeys(run["setting"] for run in runs))
     rows: dict[tuple, dict[str, list]] = {}
+    floors: dict[tuple, list[float]] = {}
     for run in runs:
         for row in run["formats"]:
             per_setting = rows.setdefault(tuple(row[k] for k in CASE), {})
             per_setting.setdefault(run["setting"], []).append(
                 (run["round"], row["over_ctranslate2_fp32"]["savedmodel-fp32"],
                  row["savedmodel-fp32"]["median_ms"]))
+            if "floor_over_ctranslate2_fp32" in row:  # batch 1 only
+                floors.setdefault((tuple(row[k] for k in CASE), run["setting"]), []).append(
+                    row["floor_over_ctranslate2_fp32"])
     summary = []
     for case, per_setting in rows.items():
         first = {round_: (ratio, ms) for round_, ratio, ms in per_setting.get(settings[0], [])}
@@ -86,6 +92,9 @@ def summarize(runs: list[dict]) -> list[dict]:
                 "over_ctranslate2_fp32": round(statistics.median(r for _, r, _ in measured), 2),
                 f"time_over_{settings[0]}": round(statistics.median(against_first), 2),
                 f"ms_over_{settings[0]}": round(statistics.median(ms_against_first), 2)})
+            if (case, setting) in floors:
+                summary[-1]["floor_over_ctranslate2_fp32"] = round(
+                    statistics.median(floors[case, setting]), 2)
     return summary
 
 

@@ -58,3 +58,13 @@ def test_summary_pairs_each_setting_with_the_first_of_its_round(bench):
     assert summary["default"]["ms_over_default"] == 1.0
     assert summary["1/1"]["ms_over_default"] == 0.67
     assert {row["search"] for row in summary.values()} == {"greedy"}
+
+
+def test_summary_gives_the_median_floor_where_rows_have_one(bench):
+    # Batch 1 rows carry the matmul floor over CTranslate2 fp32; batch 32 rows do not.
+    runs = [{"round": round_, "setting": "default", "formats": [
+        {**formats_row("greedy", 1, 2.0, 300.0), "floor_over_ctranslate2_fp32": floor},
+        formats_row("greedy", 32, 1.5, 900.0)]} for round_, floor in enumerate((1.7, 1.5, 1.6))]
+    summary = {row["batch"]: row for row in bench.summarize(runs)}
+    assert summary[1]["floor_over_ctranslate2_fp32"] == 1.6
+    assert "floor_over_ctranslate2_fp32" not in summary[32]
