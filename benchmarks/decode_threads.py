@@ -65,36 +65,33 @@ def summarize(runs: list[dict]) -> list[dict]:
     """
     settings = list(dict.fromkeys(run["setting"] for run in runs))
     rows: dict[tuple, dict[str, list]] = {}
-    floors: dict[tuple, list[float]] = {}
     for run in runs:
         for row in run["formats"]:
             per_setting = rows.setdefault(tuple(row[k] for k in CASE), {})
             per_setting.setdefault(run["setting"], []).append(
                 (run["round"], row["over_ctranslate2_fp32"]["savedmodel-fp32"],
-                 row["savedmodel-fp32"]["median_ms"]))
-            if "floor_over_ctranslate2_fp32" in row:  # batch 1 only
-                floors.setdefault((tuple(row[k] for k in CASE), run["setting"]), []).append(
-                    row["floor_over_ctranslate2_fp32"])
+                 row["savedmodel-fp32"]["median_ms"],
+                 row.get("floor_over_ctranslate2_fp32")))  # batch 1 only
     summary = []
     for case, per_setting in rows.items():
-        first = {round_: (ratio, ms) for round_, ratio, ms in per_setting.get(settings[0], [])}
+        first = {round_: (ratio, ms) for round_, ratio, ms, _ in per_setting.get(settings[0], [])}
         for setting in settings:
             measured = per_setting.get(setting, [])
             if not measured:
                 continue
             paired = [(ratio / first[round_][0], ms / first[round_][1])
-                      for round_, ratio, ms in measured if round_ in first]
+                      for round_, ratio, ms, _ in measured if round_ in first]
             against_first = [ratio for ratio, _ in paired]
             ms_against_first = [ms for _, ms in paired]
             summary.append({
                 **dict(zip(CASE, case)), "setting": setting, "rounds": len(measured),
-                "savedmodel_fp32_ms": round(statistics.median(ms for _, _, ms in measured), 1),
-                "over_ctranslate2_fp32": round(statistics.median(r for _, r, _ in measured), 2),
+                "savedmodel_fp32_ms": round(statistics.median(ms for _, _, ms, _ in measured), 1),
+                "over_ctranslate2_fp32": round(statistics.median(r for _, r, _, _ in measured), 2),
                 f"time_over_{settings[0]}": round(statistics.median(against_first), 2),
                 f"ms_over_{settings[0]}": round(statistics.median(ms_against_first), 2)})
-            if (case, setting) in floors:
-                summary[-1]["floor_over_ctranslate2_fp32"] = round(
-                    statistics.median(floors[case, setting]), 2)
+            floors = [floor for *_, floor in measured if floor is not None]
+            if floors:
+                summary[-1]["floor_over_ctranslate2_fp32"] = round(statistics.median(floors), 2)
     return summary
 
 
