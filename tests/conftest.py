@@ -7,6 +7,7 @@ import json
 import os
 import pathlib
 import resource
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # The numerical tests compare float32 against NumPy's float32 formulas. On a GPU, JAX's default
@@ -226,7 +227,9 @@ def pytest_collection(session):
 # CPU seconds per test (`--cpu-durations N`): this process's and its waited-for subprocesses'
 # user + system time over each phase, the tests' true cost on a CPU-bound machine where wall
 # time (`--durations`) also counts waiting on other workers. A subprocess is charged to the
-# phase that reaps it (a module's server to the teardown that stops it).
+# phase that reaps it (a module's server to the teardown that stops it). The summary also gives
+# each worker's span, from its first test's start to its last one's end: when the spans end
+# together and the CPU seconds fill the machine, only less work makes the suite faster.
 def pytest_addoption(parser):
     parser.addoption("--cpu-durations", type=int, default=None, metavar="N",
                      help="show the N tests that used the most CPU seconds (0: all)")
@@ -239,12 +242,13 @@ def _cpu_seconds() -> float:
 
 
 _PHASE_CPU = pytest.StashKey[dict]()
+_SESSION_START = pytest.StashKey[float]()
 
 
 def _timed(item, phase: str):
-    started = _cpu_seconds()
+    started, wall = _cpu_seconds(), time.time()
     yield
-    item.stash.setdefault(_PHASE_CPU, {})[phase] = _cpu_seconds() - started
+    item.stash.setdefault(_PHASE_CPU, {})[phase] = (_cpu_seconds() - started, wall, time.time())
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -265,9 +269,16 @@ def pytest_runtest_teardown(item):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
-    seconds = item.stash.get(_PHASE_CPU, {}).get(call.when)
-    if seconds is not None:
-        outcome.get_result().user_properties.append(("cpu_seconds", round(seconds, 3)))
+    timed = item.stash.get(_PHASE_CPU, {}).get(call.when)
+    if timed is not None:
+        seconds, started, ended = timed
+        outcome.get_result().user_properties += [
+            ("cpu_seconds", round(seconds, 3)), ("wall_span", (started, ended)),
+            ("worker", os.environ.get("PYTEST_XDIST_WORKER", "main"))]
+
+
+def pytest_sessionstart(session):
+    session.config.stash[_SESSION_START] = time.time()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -275,14 +286,28 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if shown is None:
         return
     per_test: dict[str, float] = {}
+    # worker -> [CPU seconds, first start, last end, test ids]
+    workers: dict[str, list] = {}
     for reports in terminalreporter.stats.values():
         for report in reports:
-            for name, value in getattr(report, "user_properties", ()):
-                if name == "cpu_seconds":
-                    per_test[report.nodeid] = per_test.get(report.nodeid, 0.0) + value
+            properties = dict(getattr(report, "user_properties", ()))
+            if "cpu_seconds" not in properties:
+                continue
+            seconds, (started, ended) = properties["cpu_seconds"], properties["wall_span"]
+            per_test[report.nodeid] = per_test.get(report.nodeid, 0.0) + seconds
+            span = workers.setdefault(properties["worker"], [0.0, started, ended, set()])
+            span[0] += seconds
+            span[1], span[2] = min(span[1], started), max(span[2], ended)
+            span[3].add(report.nodeid)
     ranked = sorted(per_test.items(), key=lambda pair: -pair[1])
     total = sum(per_test.values())
     terminalreporter.write_sep("=", f"most CPU seconds (tests and their subprocesses; "
                                     f"{total:.0f} s in all)")
     for nodeid, seconds in ranked[:shown or None]:
         terminalreporter.write_line(f"{seconds:8.1f} s  {nodeid}")
+    began = config.stash.get(_SESSION_START, None)
+    for worker, (seconds, started, ended, tests) in sorted(workers.items()):
+        offset = began if began is not None else started
+        terminalreporter.write_line(
+            f"{worker}: {len(tests)} tests from {started - offset:.0f} s to {ended - offset:.0f} s "
+            f"after the session began, {seconds:.0f} CPU seconds")
