@@ -286,28 +286,26 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if shown is None:
         return
     per_test: dict[str, float] = {}
-    # worker -> [CPU seconds, first start, last end, test ids]
-    workers: dict[str, list] = {}
+    phases: dict[str, list[dict]] = {}  # worker -> the properties of each timed phase it ran
     for reports in terminalreporter.stats.values():
         for report in reports:
             properties = dict(getattr(report, "user_properties", ()))
-            if "cpu_seconds" not in properties:
-                continue
-            seconds, (started, ended) = properties["cpu_seconds"], properties["wall_span"]
-            per_test[report.nodeid] = per_test.get(report.nodeid, 0.0) + seconds
-            span = workers.setdefault(properties["worker"], [0.0, started, ended, set()])
-            span[0] += seconds
-            span[1], span[2] = min(span[1], started), max(span[2], ended)
-            span[3].add(report.nodeid)
+            if "cpu_seconds" in properties:
+                per_test[report.nodeid] = per_test.get(report.nodeid, 0.0) + \
+                    properties["cpu_seconds"]
+                phases.setdefault(properties["worker"], []).append(
+                    {**properties, "nodeid": report.nodeid})
     ranked = sorted(per_test.items(), key=lambda pair: -pair[1])
     total = sum(per_test.values())
     terminalreporter.write_sep("=", f"most CPU seconds (tests and their subprocesses; "
                                     f"{total:.0f} s in all)")
     for nodeid, seconds in ranked[:shown or None]:
         terminalreporter.write_line(f"{seconds:8.1f} s  {nodeid}")
-    began = config.stash.get(_SESSION_START, None)
-    for worker, (seconds, started, ended, tests) in sorted(workers.items()):
-        offset = began if began is not None else started
+    began = config.stash[_SESSION_START]
+    for worker, timed in sorted(phases.items()):
+        started = min(phase["wall_span"][0] for phase in timed) - began
+        ended = max(phase["wall_span"][1] for phase in timed) - began
         terminalreporter.write_line(
-            f"{worker}: {len(tests)} tests from {started - offset:.0f} s to {ended - offset:.0f} s "
-            f"after the session began, {seconds:.0f} CPU seconds")
+            f"{worker}: {len({phase['nodeid'] for phase in timed})} tests from {started:.0f} s to "
+            f"{ended:.0f} s after the session began, "
+            f"{sum(phase['cpu_seconds'] for phase in timed):.0f} CPU seconds")
