@@ -18,6 +18,7 @@ LAYERS = [
     ("tfformer.data",),
     ("tfformer.decode",),
     ("tfformer.train",),
+    ("tfformer.pretrained",),
     ("tfformer.export",),
     ("tfformer.serving",),
     ("tfformer.run", "tfformer.evaluate"),

@@ -16,6 +16,8 @@ from tfformer.utils.checks import check_at_least, check_fraction, check_non_nega
 
 POSITIONAL_CHOICES = ("sinusoidal", "learned")
 NORM_CHOICES = ("post", "pre")
+ACTIVATION_CHOICES = ("relu", "swish", "gelu")
+SINUSOID_CHOICES = ("interleaved", "halves")
 # Fields of TransformerConfig that only act during training.
 TRAINING_ONLY = ("dropout", "attention_dropout")
 # Fields that configs written before the architecture/training/decoding split carried.
@@ -28,7 +30,8 @@ class TransformerConfig:
     """Hyper-parameters of the Transformer, with the paper's base model as defaults.
 
     Args:
-        vocab_size: size of the one shared source/target vocabulary (§5.1), reserved ids included.
+        vocab_size: size of the one shared source/target vocabulary (§5.1), reserved ids included;
+            with `source_vocab_size`, the target's alone.
         d_model: width of every sub-layer output and of the embeddings (§3).
         num_heads: h, the number of attention heads; d_k = d_v = d_model / h (§3.2.2).
         d_ff: inner width of the position-wise feed-forward network (§3.3).
@@ -44,6 +47,14 @@ class TransformerConfig:
         norm: "post" is the paper's LayerNorm(x + Sublayer(x)); "pre" is x + Sublayer(LayerNorm(x))
             with a final LayerNorm after each stack.
         layer_norm_epsilon: epsilon of every LayerNorm.
+        activation: the feed-forward network's activation: "relu" (§3.3, eq. 2), "swish"
+            (x * sigmoid(x), Marian's and OPUS-MT's) or "gelu" (the exact, erf form).
+        sinusoid_layout: where §3.5's sines and cosines go: "interleaved" (the paper's: sin in
+            even columns, cos in odd) or "halves" (all sines, then all cosines: Marian's,
+            tensor2tensor's and CTranslate2's).
+        final_logits_bias: a learned bias added to the logits (Marian's `final_logits_bias`).
+        source_vocab_size: 0 (the paper's): the source shares the target's vocabulary. Else the
+            size of the source's own vocabulary and embedding (needs share_embeddings false).
 
     Dropout is kept here because the layers hold it, but it does not change what the weights
     mean: `weight_differences` (what a resumed run must not change) leaves it out.
@@ -62,6 +73,10 @@ class TransformerConfig:
     share_embeddings: bool = True
     norm: str = "post"
     layer_norm_epsilon: float = 1e-6
+    activation: str = "relu"
+    sinusoid_layout: str = "interleaved"
+    final_logits_bias: bool = False
+    source_vocab_size: int = 0
 
     def __post_init__(self) -> None:
         self.validate()
@@ -70,6 +85,11 @@ class TransformerConfig:
     def d_k(self) -> int:
         """Per-head width of queries, keys and values (§3.2.2: d_k = d_v = d_model / h)."""
         return self.d_model // self.num_heads
+
+    @property
+    def source_vocabulary_size(self) -> int:
+        """The number of source ids: `source_vocab_size`, or the shared `vocab_size`."""
+        return self.source_vocab_size or self.vocab_size
 
     def differences(self, other: "TransformerConfig") -> list[str]:
         """`field: A -> B` for every field whose value differs from `other`'s."""
@@ -86,6 +106,7 @@ class TransformerConfig:
         for name, field_type in (
             ("vocab_size", int), ("d_model", int), ("num_heads", int), ("d_ff", int),
             ("num_encoder_layers", int), ("num_decoder_layers", int), ("max_length", int),
+            ("source_vocab_size", int),
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, field_type):
@@ -106,9 +127,21 @@ class TransformerConfig:
                 f"positional must be one of {POSITIONAL_CHOICES}, got {self.positional!r}")
         if self.norm not in NORM_CHOICES:
             raise ValueError(f"norm must be one of {NORM_CHOICES}, got {self.norm!r}")
-        if not isinstance(self.share_embeddings, bool):
-            raise ValueError("share_embeddings must be true or false, got "
-                             f"{self.share_embeddings!r}")
+        for name in ("share_embeddings", "final_logits_bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        for name, choices in (("activation", ACTIVATION_CHOICES),
+                              ("sinusoid_layout", SINUSOID_CHOICES)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
+        if self.source_vocab_size:
+            check_at_least("source_vocab_size", self.source_vocab_size, 5,
+                           "4 reserved ids plus one piece, or 0: the shared vocabulary")
+            if self.share_embeddings:
+                raise ValueError("source_vocab_size needs share_embeddings false: one matrix "
+                                 "cannot embed two vocabularies")
+        else:
+            check_at_least("source_vocab_size", self.source_vocab_size, 0)
 
     def replace(self, **overrides: Any) -> "TransformerConfig":
         """Returns a copy with `overrides` applied; unknown names raise ValueError."""

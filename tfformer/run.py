@@ -1,4 +1,4 @@
-"""The run API: train, average and export a run directory from Python.
+"""The run API: train, average, export and import a run directory from Python.
 
 The console scripts (`tfformer.cli`) only parse their arguments and call these; a notebook or a
 Keras user calls them the same way:
@@ -9,6 +9,7 @@ Keras user calls them the same way:
     result = run.train("runs/mine", "tiny", TrainSettings(steps=400))   # rerun to resume
     run.average("runs/mine", last=5)
     run.export("runs/mine", model_base_path="models")
+    run.import_pretrained("opus-mt-es-en", "runs/opus-es-en")           # then export it too
 """
 
 from __future__ import annotations
@@ -202,3 +203,27 @@ def export(run_dir: str | os.PathLike, model_base_path: str = "models", name: st
     logger.info("exported %s (%s); it translates %d check sentences (%s) in a fresh process "
                 "exactly as in memory", path, precision, len(sentences), origin)
     return ExportResult(path, version, origin, precision)
+
+
+def import_pretrained(directory: str | os.PathLike, out: str | os.PathLike, *,
+                      progress=None):
+    """Writes another toolkit's checkpoint directory as the run directory `out`, which every
+    command takes as a run of its own (translate, evaluate, export, serve, train from it).
+
+    Today's family: a Hugging Face Marian directory (OPUS-MT's models;
+    `tfformer.pretrained.marian`), as `huggingface-cli download Helsinki-NLP/opus-mt-es-en
+    --local-dir DIR` writes it.
+
+    Args:
+        progress: called with a line at each stage (reading, mapping, writing).
+
+    Returns:
+        a `tfformer.pretrained.marian.ImportResult`.
+
+    Raises:
+        FileNotFoundError, FileExistsError, ValueError: naming the file or field (nothing
+            written).
+    """
+    from tfformer.pretrained.marian import import_marian
+
+    return import_marian(directory, out, progress=progress)

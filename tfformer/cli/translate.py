@@ -95,6 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"print 'TRANSLATION<TAB>ALIGNMENT' ({ALIGN_SIGNATURE}): for each "
                              f"target piece, the source piece it attends to most, as 'i-j' "
                              f"pairs of SentencePiece pieces (Pharaoh format, as fast_align)")
+    parser.add_argument("--target-language", metavar="CODE",
+                        help="a multilingual model's target language: each sentence starts "
+                             "with the token >>CODE<< (as OPUS-MT's multilingual models take "
+                             "it, e.g. fra)")
     parser.add_argument("--saved-model", metavar="DIR",
                         help="translate in process with this SavedModel (a version dir, or a "
                              "model base path whose highest version is used) instead of a server")
@@ -129,6 +133,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     seed=args.seed)
     prog = parser.prog
     lines = iter(args.sentences) if args.sentences else _stdin_lines()
+    if args.target_language is not None:
+        if not args.target_language or any(c.isspace() or c in "<>" for c in args.target_language):
+            parser.error(f"--target-language takes a code such as fra, got "
+                         f"{args.target_language!r}")
+        lines = (f">>{args.target_language}<< {line}" for line in lines)
 
     # gRPC and TF Serving's protos: not for --help. TensorFlow only for --saved-model, so that
     # a client of a server starts without it.

@@ -164,3 +164,20 @@ class SentencePieces:
                     ids.append(token)
             texts.append(self.processor.decode(ids))
         return texts
+
+
+def load_pieces(run_dir):
+    """The Python side of a run directory's tokenizer: `SentencePieces` of its tokenizer.model,
+    or an imported model's `tfformer.data.marian_pieces.MarianPieces`.
+
+    Raises:
+        FileNotFoundError: naming a missing file.
+    """
+    from tfformer.utils.run_dir import RunDir
+
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    if os.path.exists(run.vocabulary):
+        from tfformer.data.marian_pieces import MarianPieces
+
+        return MarianPieces.from_dir(run)
+    return SentencePieces.from_file(run.tokenizer)

@@ -227,3 +227,21 @@ class Tokenizer(tf.Module):
         keep = before_eos & tf.not_equal(dense, PAD_ID) & tf.not_equal(dense, BOS_ID)
         text = self.sentencepiece.detokenize(tf.ragged.boolean_mask(dense, keep))
         return text[0] if single else text
+
+
+def load_tokenizer(run_dir):
+    """The graph tokenizer of a run directory: its `tokenizer.model`, or an imported model's
+    `tfformer.data.marian_tokenizer.MarianTokenizer` (vocabulary.json and two SentencePiece
+    models).
+
+    Raises:
+        FileNotFoundError: naming a missing file.
+    """
+    from tfformer.utils.run_dir import RunDir
+
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    if os.path.exists(run.vocabulary):
+        from tfformer.data.marian_tokenizer import MarianTokenizer
+
+        return MarianTokenizer.from_dir(run)
+    return Tokenizer.from_file(run.tokenizer)

@@ -55,15 +55,15 @@ def translator_for(model, tokenizer, **decoding):
 
 
 def load_keras_translator(run_dir: str | os.PathLike, **decoding) -> KerasTranslator:
-    """A KerasTranslator of a run directory's model.keras and tokenizer.model, without
-    TensorFlow.
+    """A KerasTranslator of a run directory's model.keras and tokenizer (tokenizer.model, or an
+    imported model's vocabulary), without TensorFlow.
 
     Raises:
-        FileNotFoundError: naming whichever of the two files is missing.
+        FileNotFoundError: naming whichever file is missing.
     """
     import keras
 
-    from tfformer.data.pieces import SentencePieces
+    from tfformer.data.pieces import load_pieces
     from tfformer.model.transformer import Transformer  # registered for load_model
 
     run = RunDir(run_dir)
@@ -71,4 +71,4 @@ def load_keras_translator(run_dir: str | os.PathLike, **decoding) -> KerasTransl
     model = keras.models.load_model(run.model, compile=False)
     if not isinstance(model, Transformer):
         raise ValueError(f"{run.model} is a {type(model).__name__}, not a tfformer Transformer")
-    return KerasTranslator(model, SentencePieces.from_file(run.tokenizer), **decoding)
+    return KerasTranslator(model, load_pieces(run), **decoding)

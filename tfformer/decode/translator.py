@@ -32,7 +32,7 @@ from tfformer.contract import (
     TOP_P_NAME,
     TRANSLATE_SIGNATURE,
 )
-from tfformer.data.tokenizer import Tokenizer
+from tfformer.data.tokenizer import Tokenizer, load_tokenizer
 from tfformer.decode.alignments import alignment_indices, pharaoh
 from tfformer.decode.search import SearchResult, beam_search, greedy_search, sample_search
 from tfformer.model.precision import check_inference_precision, dtype_policy
@@ -70,6 +70,10 @@ class Translator(tf.Module):
         if tokenizer.vocab_size > config.vocab_size:
             raise ValueError(f"tokenizer has {tokenizer.vocab_size} ids but the model's "
                              f"vocab_size is {config.vocab_size}")
+        source_size = getattr(tokenizer, "source_vocab_size", tokenizer.vocab_size)
+        if source_size > config.source_vocabulary_size:
+            raise ValueError(f"tokenizer has {source_size} source ids but the model's source "
+                             f"vocabulary has {config.source_vocabulary_size}")
         self.model = model
         self.tokenizer = tokenizer
         given = {"beam_size": beam_size, "length_penalty": length_penalty,
@@ -233,16 +237,16 @@ def in_precision(model: Transformer, precision: str) -> Transformer:
 
 def load_translator(run_dir: str | os.PathLike, *, precision: str = "fp32",
                     **translator_kwargs) -> Translator:
-    """Builds a Translator from a training run dir: `model.keras` plus `tokenizer.model`, its
-    weights in `precision` (`in_precision`).
+    """Builds a Translator from a run dir: `model.keras` plus its tokenizer (`tokenizer.model`,
+    or an imported model's vocabulary), its weights in `precision` (`in_precision`).
 
     Raises:
-        FileNotFoundError: naming whichever of the two files is missing.
+        FileNotFoundError: naming whichever file is missing.
         ValueError: an unknown precision.
     """
     check_inference_precision(precision)
     run = RunDir(run_dir)
     run.require_model()
-    tokenizer = Tokenizer.from_file(run.tokenizer)
+    tokenizer = load_tokenizer(run)
     model = keras.models.load_model(run.model, compile=False)
     return Translator(in_precision(model, precision), tokenizer, **translator_kwargs)

@@ -32,7 +32,8 @@ def _stack_kwargs(config: TransformerConfig, num_layers: int) -> dict[str, Any]:
                 d_ff=config.d_ff, dropout=config.dropout,
                 attention_dropout=config.attention_dropout, norm=config.norm,
                 epsilon=config.layer_norm_epsilon, positional=config.positional,
-                max_length=config.max_length)
+                max_length=config.max_length, activation=config.activation,
+                sinusoid_layout=config.sinusoid_layout)
 
 
 @keras.saving.register_keras_serializable(package="tfformer")
@@ -66,9 +67,10 @@ class Transformer(compat.TrainerFixes, keras.Model):
             config = TransformerConfig.from_dict(config)
         self.transformer_config = config
         # One matrix: source embedding, target embedding and pre-softmax projection (§3.4).
-        self.embedding = SharedEmbedding(config.vocab_size, config.d_model, name="embedding")
+        self.embedding = SharedEmbedding(config.vocab_size, config.d_model,
+                                         logits_bias=config.final_logits_bias, name="embedding")
         self.source_embedding = None if config.share_embeddings else SharedEmbedding(
-            config.vocab_size, config.d_model, name="source_embedding")
+            config.source_vocabulary_size, config.d_model, name="source_embedding")
         self.encoder = Encoder(**_stack_kwargs(config, config.num_encoder_layers), name="encoder")
         self.decoder = Decoder(**_stack_kwargs(config, config.num_decoder_layers), name="decoder")
 

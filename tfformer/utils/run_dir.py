@@ -3,6 +3,10 @@
     RUN/config.json         the architecture (TransformerConfig), written before training
     RUN/train_args.json     the training settings the run was started with
     RUN/tokenizer.model     the shared SentencePiece vocabulary (§5.1)
+    RUN/vocabulary.json     or, for an imported model (tfformer-import), its pieces in id order,
+    RUN/source.spm            with the SentencePiece models of its source
+    RUN/target.spm            and its target (tfformer.data.marian_pieces)
+    RUN/pretrained.json     where an imported model came from, and what the import mapped
     RUN/dev_sources.txt     a few dev sources: what tfformer-export checks by default
     RUN/dev.tsv             the dev pairs held out of a training file given without DEV
     RUN/data.json           what the one scan of the training data found; batches per pass
@@ -51,6 +55,30 @@ class RunDir:
     @property
     def tokenizer(self) -> str:
         return self._join("tokenizer.model")
+
+    @property
+    def vocabulary(self) -> str:
+        return self._join("vocabulary.json")
+
+    @property
+    def source_spm(self) -> str:
+        return self._join("source.spm")
+
+    @property
+    def target_spm(self) -> str:
+        return self._join("target.spm")
+
+    @property
+    def pretrained(self) -> str:
+        return self._join("pretrained.json")
+
+    @property
+    def tokenizer_files(self) -> list[str]:
+        """The tokenizer's files: tokenizer.model, or an imported model's vocabulary.json and its
+        two SentencePiece models."""
+        if os.path.exists(self.vocabulary):
+            return [self.vocabulary, self.source_spm, self.target_spm]
+        return [self.tokenizer]
 
     @property
     def dev_sources(self) -> str:
@@ -103,13 +131,14 @@ class RunDir:
         return self._join("early_stop.json")
 
     def require_model(self) -> None:
-        """Raises FileNotFoundError naming whichever of model.keras and tokenizer.model (what a
-        translator loads) is missing."""
-        for path in (self.model, self.tokenizer):
+        """Raises FileNotFoundError naming whichever of model.keras and the tokenizer's files
+        (what a translator loads) is missing."""
+        for path in (self.model, *self.tokenizer_files):
             if not os.path.exists(path):
                 raise FileNotFoundError(f"{path} not found: a run dir needs "
                                         f"{os.path.basename(self.model)} and "
-                                        f"{os.path.basename(self.tokenizer)}")
+                                        f"{os.path.basename(self.tokenizer)} (or an imported "
+                                        "model's vocabulary.json, source.spm and target.spm)")
 
     def averaged_model(self, count: int) -> str:
         return self._join(f"model-avg{count}.keras")

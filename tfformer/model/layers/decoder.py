@@ -25,7 +25,8 @@ class DecoderLayer(TransformerLayerBase):
     """Masked self-attention, attention over the encoder output, and an FFN (§3.1).
 
     Args:
-        d_model, num_heads, d_ff, dropout, attention_dropout, norm, epsilon: as EncoderLayer.
+        d_model, num_heads, d_ff, dropout, attention_dropout, norm, epsilon, activation: as
+            EncoderLayer.
 
     Call arguments:
         inputs: [batch, T, d_model], the target positions to compute.
@@ -44,15 +45,16 @@ class DecoderLayer(TransformerLayerBase):
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1,
                  attention_dropout: float = 0.0, norm: str = "post", epsilon: float = 1e-6,
-                 **kwargs):
+                 activation: str = "relu", **kwargs):
         super().__init__(d_model, num_heads, d_ff, dropout, attention_dropout, norm, epsilon,
-                         **kwargs)
+                         activation, **kwargs)
         key_dim = d_model // num_heads
         self.self_attention = MultiHeadAttention(num_heads, key_dim, attention_dropout,
                                                  name="self_attention")
         self.cross_attention = MultiHeadAttention(num_heads, key_dim, attention_dropout,
                                                   name="cross_attention")
-        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, name="feed_forward")
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, activation,
+                                                    name="feed_forward")
         self.self_attention_connection, self.cross_attention_connection, \
             self.feed_forward_connection = [
                 SublayerConnection(norm, dropout, epsilon, name=f"{name}_connection")

@@ -11,29 +11,43 @@ from keras import ops
 from tfformer.model.layers import kernels
 
 
-def sinusoidal_table(positions, d_model: int, dtype="float32"):
+def sinusoidal_table(positions, d_model: int, dtype="float32", layout: str = "interleaved"):
     """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...) (§3.5).
 
     Args:
         positions: int tensor [T] of absolute positions.
         d_model: encoding width (even or odd).
+        layout: "interleaved" (§3.5: sines in even columns, cosines in odd), or "halves": the
+            same d_model // 2 frequencies' sines in the first half and cosines in the second
+            (Marian's, as Hugging Face's MarianSinusoidalPositionalEmbedding writes it).
 
     Returns:
-        [T, d_model] with sines in even columns and cosines in odd columns.
+        [T, d_model].
     """
     i = np.arange(d_model)
-    # Column c uses frequency index 2 * (c // 2): even columns sin, odd columns cos, as in §3.5.
+    if layout == "interleaved":
+        # Column c uses frequency index 2 * (c // 2): even columns sin, odd columns cos.
+        exponents, sines = 2 * (i // 2), i % 2 == 0
+    elif layout == "halves":
+        half = (d_model + 1) // 2  # an odd width has one sine more than cosines
+        sines = i < half
+        exponents = np.where(sines, 2 * i, 2 * (i - half))
+    else:
+        raise ValueError(f"layout must be 'interleaved' or 'halves', got {layout!r}")
     # The NumPy constants become tensors first: a torch tensor on a GPU does not mix with NumPy.
     inverse_freq = ops.convert_to_tensor(
-        (1.0 / np.power(10000.0, (2 * (i // 2)) / d_model)).astype("float32")[np.newaxis, :])
+        (1.0 / np.power(10000.0, exponents / d_model)).astype("float32")[np.newaxis, :])
     angles = ops.expand_dims(ops.cast(positions, "float32"), 1) * inverse_freq
-    table = ops.where(ops.convert_to_tensor(i % 2 == 0), ops.sin(angles), ops.cos(angles))
+    table = ops.where(ops.convert_to_tensor(sines), ops.sin(angles), ops.cos(angles))
     return ops.cast(table, dtype)
 
 
 @keras.saving.register_keras_serializable(package="tfformer")
 class SinusoidalPositionalEncoding(keras.layers.Layer):
     """Adds the fixed sinusoidal encoding of §3.5; no weights, any length.
+
+    Args:
+        layout: "interleaved" (§3.5) or "halves" (see `sinusoidal_table`).
 
     Call arguments:
         inputs: [batch, T, d_model] embeddings.
@@ -45,14 +59,21 @@ class SinusoidalPositionalEncoding(keras.layers.Layer):
         inputs + PE[start : start + T], or inputs + PE[positions].
     """
 
+    def __init__(self, layout: str = "interleaved", **kwargs):
+        super().__init__(**kwargs)
+        self.layout = layout
+
     def call(self, inputs, start=0, positions=None):
         if positions is not None:
             table = sinusoidal_table(ops.reshape(positions, (-1,)), inputs.shape[-1],
-                                     inputs.dtype)
+                                     inputs.dtype, self.layout)
             return inputs + ops.reshape(table, ops.shape(inputs))
         positions = ops.arange(ops.shape(inputs)[1], dtype="int32") + ops.cast(start, "int32")
-        table = sinusoidal_table(positions, inputs.shape[-1], inputs.dtype)
+        table = sinusoidal_table(positions, inputs.shape[-1], inputs.dtype, self.layout)
         return inputs + ops.expand_dims(table, 0)
+
+    def get_config(self):
+        return {**super().get_config(), "layout": self.layout}
 
 
 @keras.saving.register_keras_serializable(package="tfformer")
@@ -110,24 +131,29 @@ class SharedEmbedding(keras.layers.Layer):
     Args:
         vocab_size: number of token ids.
         d_model: embedding width.
+        logits_bias: whether `logits` adds a learned bias [vocab] (Marian's final_logits_bias).
 
     Call arguments:
         ids: int tensor [batch, T].
 
     Returns:
-        [batch, T, d_model] = E[ids] * sqrt(d_model). `logits(x)` returns x E^T, [batch, T, vocab].
+        [batch, T, d_model] = E[ids] * sqrt(d_model). `logits(x)` returns x E^T (+ b),
+        [batch, T, vocab].
     """
 
-    def __init__(self, vocab_size: int, d_model: int, **kwargs):
+    def __init__(self, vocab_size: int, d_model: int, logits_bias: bool = False, **kwargs):
         super().__init__(**kwargs)
         self.vocab_size = vocab_size
         self.d_model = d_model
+        self.logits_bias = logits_bias
 
     def build(self, ids_shape=None):
         # stddev d_model^-0.5 makes the scaled embeddings unit-variance, like the positions.
         self.embeddings = self.add_weight(
             name="embeddings", shape=(self.vocab_size, self.d_model),
             initializer=keras.initializers.RandomNormal(stddev=self.d_model ** -0.5))
+        self.bias = self.add_weight(name="logits_bias", shape=(self.vocab_size,),
+                                    initializer="zeros") if self.logits_bias else None
         super().build(ids_shape)
 
     def call(self, ids):
@@ -135,13 +161,16 @@ class SharedEmbedding(keras.layers.Layer):
         return vectors * ops.cast(math.sqrt(self.d_model), vectors.dtype)
 
     def logits(self, x, projection=None):
-        """Pre-softmax linear transformation sharing the embedding matrix: x E^T, or x times
-        `projection` when given: E^T already transposed, [d_model, vocab] (`projection()`)."""
+        """Pre-softmax linear transformation sharing the embedding matrix: x E^T (+ the logits
+        bias), or x times `projection` when given: E^T already transposed, [d_model, vocab]
+        (`projection()`)."""
         flat = ops.reshape(x, (-1, self.d_model))
         if projection is None:
             logits = kernels.matmul_transposed(flat, self.embeddings)
         else:
             logits = ops.matmul(flat, ops.cast(projection, flat.dtype))
+        if self.bias is not None:
+            logits = logits + ops.cast(self.bias, logits.dtype)
         return kernels.rows_as(logits, x)
 
     def projection(self):
@@ -157,4 +186,5 @@ class SharedEmbedding(keras.layers.Layer):
         return tuple(ids_shape) + (self.d_model,)
 
     def get_config(self):
-        return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model}
+        return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model,
+                "logits_bias": self.logits_bias}

@@ -15,7 +15,7 @@ class EncoderLayer(TransformerLayerBase):
     """Multi-head self-attention then a position-wise FFN, each in a residual connection (§3.1).
 
     Args: as `TransformerLayerBase` (d_model, num_heads, d_ff, dropout, attention_dropout, norm,
-        epsilon).
+        epsilon, activation).
 
     Call arguments:
         inputs: [batch, T, d_model].
@@ -29,12 +29,13 @@ class EncoderLayer(TransformerLayerBase):
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1,
                  attention_dropout: float = 0.0, norm: str = "post", epsilon: float = 1e-6,
-                 **kwargs):
+                 activation: str = "relu", **kwargs):
         super().__init__(d_model, num_heads, d_ff, dropout, attention_dropout, norm, epsilon,
-                         **kwargs)
+                         activation, **kwargs)
         self.self_attention = MultiHeadAttention(num_heads, d_model // num_heads,
                                                  attention_dropout, name="self_attention")
-        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, name="feed_forward")
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, activation,
+                                                    name="feed_forward")
         self.attention_connection = SublayerConnection(norm, dropout, epsilon,
                                                        name="attention_connection")
         self.feed_forward_connection = SublayerConnection(norm, dropout, epsilon,
@@ -69,7 +70,8 @@ class Encoder(LayerStack):
 
     Args:
         num_layers: N.
-        d_model, num_heads, d_ff, dropout, attention_dropout, norm, epsilon: as EncoderLayer.
+        d_model, num_heads, d_ff, dropout, attention_dropout, norm, epsilon, activation: as
+            EncoderLayer.
         positional: "sinusoidal" or "learned".
         max_length: number of learned positions.
 

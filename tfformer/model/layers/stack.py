@@ -21,21 +21,22 @@ class TransformerLayerBase(keras.layers.Layer):
         attention_dropout: dropout on attention weights.
         norm: "post" (paper) or "pre".
         epsilon: LayerNorm epsilon.
+        activation: the feed-forward activation ("relu", the paper's; "swish"; "gelu").
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1,
                  attention_dropout: float = 0.0, norm: str = "post", epsilon: float = 1e-6,
-                 **kwargs):
+                 activation: str = "relu", **kwargs):
         super().__init__(**kwargs)
         self.d_model, self.num_heads, self.d_ff = d_model, num_heads, d_ff
         self.dropout, self.attention_dropout = dropout, attention_dropout
-        self.norm, self.epsilon = norm, epsilon
+        self.norm, self.epsilon, self.activation = norm, epsilon, activation
 
     def layer_arguments(self) -> dict:
         """The keyword arguments every encoder / decoder layer of this width takes."""
         return {"d_model": self.d_model, "num_heads": self.num_heads, "d_ff": self.d_ff,
                 "dropout": self.dropout, "attention_dropout": self.attention_dropout,
-                "norm": self.norm, "epsilon": self.epsilon}
+                "norm": self.norm, "epsilon": self.epsilon, "activation": self.activation}
 
     def get_config(self):
         return {**super().get_config(), **self.layer_arguments()}
@@ -47,9 +48,11 @@ class LayerStack(TransformerLayerBase):
 
     Args:
         num_layers: N.
-        d_model, num_heads, d_ff, dropout, attention_dropout, norm, epsilon: as the layers'.
+        d_model, num_heads, d_ff, dropout, attention_dropout, norm, epsilon, activation: as
+            the layers'.
         positional: "sinusoidal" (§3.5) or "learned" (Table 3 row E).
         max_length: number of learned positions.
+        sinusoid_layout: "interleaved" (§3.5) or "halves" (`sinusoidal_table`).
     """
 
     layer_class: type = None
@@ -57,13 +60,14 @@ class LayerStack(TransformerLayerBase):
     def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int,
                  dropout: float = 0.1, attention_dropout: float = 0.0, norm: str = "post",
                  epsilon: float = 1e-6, positional: str = "sinusoidal", max_length: int = 256,
-                 **kwargs):
+                 activation: str = "relu", sinusoid_layout: str = "interleaved", **kwargs):
         super().__init__(d_model, num_heads, d_ff, dropout, attention_dropout, norm, epsilon,
-                         **kwargs)
+                         activation, **kwargs)
         self.num_layers, self.positional, self.max_length = num_layers, positional, max_length
+        self.sinusoid_layout = sinusoid_layout
         self.positions = (LearnedPositionalEmbedding(max_length, name="positions")
                           if positional == "learned" else
-                          SinusoidalPositionalEncoding(name="positions"))
+                          SinusoidalPositionalEncoding(sinusoid_layout, name="positions"))
         self.embedding_dropout = keras.layers.Dropout(dropout)
         self.stack = [self.layer_class(**self.layer_arguments(), name=f"layer_{i}")
                       for i in range(num_layers)]
@@ -92,4 +96,5 @@ class LayerStack(TransformerLayerBase):
 
     def get_config(self):
         return {**super().get_config(), "num_layers": self.num_layers,
-                "positional": self.positional, "max_length": self.max_length}
+                "positional": self.positional, "max_length": self.max_length,
+                "sinusoid_layout": self.sinusoid_layout}

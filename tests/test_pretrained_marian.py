@@ -1,0 +1,260 @@
+"""tfformer-import of Hugging Face Marian (OPUS-MT) directories, against transformers' own
+MarianTokenizer and MarianMTModel on the same files (tests/marian_dir.py makes them offline)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+import torch
+import transformers
+
+from tests.marian_dir import LANGUAGE_CODES, make_marian_dir, sample_sentences
+from tfformer.data.marian_pieces import MarianPieces, split_language_code
+from tfformer.data.marian_tokenizer import MarianTokenizer as GraphMarianTokenizer
+from tfformer.decode.search import greedy_search
+from tfformer.decode.translator import load_translator
+from tfformer.pretrained.marian import import_marian, read_marian
+from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
+# The layouts the tests cover: (name, make_marian_dir's arguments).
+LAYOUTS = {
+    "shared-swish-multilingual": dict(activation="swish", multilingual=True, eos_bias=4.0),
+    "separate-relu": dict(activation="relu", separate=True, seed=1, eos_bias=4.0,
+                          safetensors=False),
+}
+EXTRA = 12  # max output = source tokens + EXTRA: short, so that generate's runs are quick
+
+
+class Imported:
+    """A Marian directory, transformers' tokenizer and model of it, and its import."""
+
+    def __init__(self, root, name, arguments):
+        self.directory = str(root / name)
+        made = make_marian_dir(self.directory, **arguments)
+        self.vocab, self.target_vocab = made["vocab"], made["target_vocab"]
+        self.hf_tokenizer = transformers.MarianTokenizer.from_pretrained(self.directory)
+        self.hf_model = transformers.MarianMTModel.from_pretrained(self.directory).eval()
+        self.run_dir = str(root / f"{name}-run")
+        self.result = import_marian(self.directory, self.run_dir)
+        self.marian = read_marian(self.directory)
+        self.codes = LANGUAGE_CODES if arguments.get("multilingual") else ()
+        self.sentences = sample_sentences(200, codes=self.codes)
+
+    def to_marian(self, ids, side="target"):
+        order = self.marian.target_order if side == "target" else self.marian.source_order
+        return [int(order[i]) for i in ids]
+
+    def to_ours(self, marian_ids, side="target"):
+        order = self.marian.target_order if side == "target" else self.marian.source_order
+        ours = {int(m): t for t, m in enumerate(order) if t != BOS_ID}
+        return [ours[int(i)] for i in marian_ids]
+
+
+@pytest.fixture(scope="module", params=sorted(LAYOUTS))
+def imported(request, tmp_path_factory):
+    return Imported(tmp_path_factory.mktemp("marian"), request.param, LAYOUTS[request.param])
+
+
+def hf_generate(imported, sentences, num_beams=1, **options):
+    """transformers' generate on each sentence alone, with our per-sentence length limit (its
+    source tokens + EXTRA, EOS included); returns the Marian ids of each output, without the
+    decoder start."""
+    outputs = []
+    for sentence in sentences:
+        inputs = imported.hf_tokenizer([sentence], return_tensors="pt")
+        with torch.no_grad():
+            tokens = imported.hf_model.generate(
+                **inputs, num_beams=num_beams, do_sample=False,
+                max_new_tokens=inputs["input_ids"].shape[1] + EXTRA, **options)
+        ids = tokens[0, 1:].tolist()
+        if EOS_MARIAN in ids:
+            ids = ids[:ids.index(EOS_MARIAN) + 1]
+        outputs.append(ids)
+    return outputs
+
+
+EOS_MARIAN = 0  # the directories' </s>, as OPUS-MT's
+
+
+# -- the vocabulary ------------------------------------------------------------------------
+
+def test_language_codes_split_as_marian_tokenizer_splits_them():
+    assert split_language_code(">>fra<< Hola") == (">>fra<<", " Hola")
+    assert split_language_code(">>fra<<Hola") == (">>fra<<", "Hola")
+    assert split_language_code("Hola >>fra<<") == (None, "Hola >>fra<<")
+    assert split_language_code(">>fra Hola") == (None, ">>fra Hola")
+    assert split_language_code(">><<x") == (">><<", "x")
+
+
+def test_source_ids_equal_marian_tokenizers_in_python_and_in_the_graph(imported):
+    sentences = imported.sentences
+    expected = [imported.hf_tokenizer(s)["input_ids"] for s in sentences]
+    pieces = MarianPieces.from_dir(imported.run_dir)
+    python = [imported.to_marian(row + [EOS_ID], "source")
+              for row in pieces.encode_source_ids(sentences)]
+    graph = GraphMarianTokenizer(pieces).encode_source(tf.constant(sentences)).to_list()
+    assert python == expected
+    assert [imported.to_marian(row, "source") for row in graph] == expected
+    # The sentences reach every rule: unknown pieces, language codes, an empty text.
+    unk = imported.hf_tokenizer.unk_token_id
+    assert sum(unk in row for row in expected) >= 3
+    assert expected[0] == [imported.hf_tokenizer.eos_token_id]
+    if imported.codes:
+        code_ids = {imported.vocab[c] for c in LANGUAGE_CODES}
+        assert sum(row[0] in code_ids for row in expected) >= 50
+        assert expected[-1][0] == unk  # >>xxx<< is not in the vocabulary
+
+
+def test_target_ids_equal_marian_tokenizers_text_target(imported):
+    targets = [s for s in imported.sentences if not s.startswith(">>")][:100]
+    expected = [imported.hf_tokenizer(text_target=t)["input_ids"] for t in targets]
+    pieces = MarianPieces.from_dir(imported.run_dir)
+    python = [imported.to_marian(row + [EOS_ID]) for row in pieces.encode(targets)]
+    graph = GraphMarianTokenizer(pieces).encode_target(tf.constant(targets))[1].to_list()
+    assert python == expected
+    assert [imported.to_marian(row) for row in graph] == expected
+
+
+def test_decoding_equals_batch_decode_skipping_special_tokens(imported):
+    """Random rows of target ids (EOS, PAD, UNK and language codes among them) decode as
+    transformers' batch_decode(skip_special_tokens=True) decodes them."""
+    rng = np.random.default_rng(0)
+    size = imported.result.config.vocab_size
+    rows = rng.integers(0, size, (64, 12))
+    rows[rows == BOS_ID] = UNK_ID
+    rows[:8, 5] = EOS_ID  # what follows EOS is not text
+    rows[8:16, -3:] = PAD_ID
+    pieces = MarianPieces.from_dir(imported.run_dir)
+    marian_rows = []
+    for row in rows.tolist():
+        row = row[:row.index(EOS_ID)] if EOS_ID in row else row
+        marian_rows.append(imported.to_marian([t for t in row if t != PAD_ID]))
+    expected = imported.hf_tokenizer.batch_decode(marian_rows, skip_special_tokens=True)
+    graph = GraphMarianTokenizer(pieces).detokenize(tf.constant(rows, tf.int32)).numpy()
+    assert pieces.decode(rows) == expected
+    assert [text.decode("utf-8") for text in graph] == expected
+    assert sum(bool(text) for text in expected) >= 50
+
+
+# -- the model -----------------------------------------------------------------------------
+
+def test_logits_equal_marian_mt_models_on_a_padded_batch(imported):
+    sentences = [s for s in imported.sentences if s.strip()][:24]
+    targets = [s[::-1] for s in sentences]
+    batch = imported.hf_tokenizer(sentences, text_target=targets, return_tensors="pt",
+                                  padding=True)
+    labels = batch["labels"].numpy()
+    pad = imported.hf_model.config.pad_token_id
+    start = np.full((len(sentences), 1), imported.hf_model.config.decoder_start_token_id)
+    decoder_in = np.concatenate([start, labels[:, :-1]], axis=1)
+    with torch.no_grad():
+        expected = imported.hf_model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+            decoder_input_ids=torch.tensor(decoder_in)).logits.numpy()
+    model = keras.models.load_model(os.path.join(imported.run_dir, "model.keras"),
+                                    compile=False)
+    source = np.array([imported.to_ours(row, "source") for row in batch["input_ids"].tolist()])
+    target_in = np.array([[BOS_ID] + imported.to_ours(row[1:]) for row in decoder_in.tolist()])
+    ours = keras.ops.convert_to_numpy(model((source, target_in)))
+    ours = ours[..., imported.to_ours(range(expected.shape[-1]))]  # in Marian's id order
+    real = labels != pad  # past a target's EOS, only padding
+    assert real.sum() > 100 and (~real).sum() > 20  # a padded batch
+    assert np.abs(ours - expected)[real].max() < 1e-5
+
+
+def test_greedy_search_equals_generate(imported):
+    """Our greedy search (the SavedModel's, in the graph) gives generate(num_beams=1)'s tokens
+    on 64 sentences, EOS forced at the same per-sentence limit."""
+    sentences = imported.sentences[:64]
+    translator = load_translator(imported.run_dir, beam_size=1, max_output_extra=EXTRA)
+    source_ids = translator.tokenizer.encode_source(tf.constant(sentences)).to_tensor()
+    result = greedy_search(translator.model, source_ids, EXTRA)
+    ours = []
+    for row in result.tokens[:, 0].numpy().tolist():
+        row = row[:row.index(EOS_ID) + 1] if EOS_ID in row else [t for t in row if t != PAD_ID]
+        ours.append(imported.to_marian(row))
+    expected = hf_generate(imported, sentences)
+    assert ours == expected
+    ended = sum(len(row) <= len(src) + EXTRA - 1 for row, src in zip(
+        expected, source_ids.numpy().tolist()))
+    assert ended >= 32  # most end of their own accord, before the forced EOS
+
+
+# -- the import ----------------------------------------------------------------------------
+
+def test_imported_run_records_its_source_and_the_mapped_config(imported):
+    config = imported.result.config
+    assert config.sinusoid_layout == "halves" and config.final_logits_bias
+    assert config.layer_norm_epsilon == 1e-5
+    assert config.vocab_size == len(imported.target_vocab) + 1  # BOS
+    separate = imported.vocab is not imported.target_vocab
+    assert config.share_embeddings is not separate
+    assert config.source_vocab_size == (len(imported.vocab) + 1 if separate else 0)
+    with open(os.path.join(imported.run_dir, "pretrained.json"), encoding="utf-8") as f:
+        record = json.load(f)
+    assert record["source"] == os.path.abspath(imported.directory)
+    weights = "pytorch_model.bin" if separate else "model.safetensors"
+    assert weights in record["files"] and len(record["files"][weights]) == 64
+
+
+def _corrupt(directory, tmp_path, name, change):
+    """A copy of the Marian `directory` with `change` applied to its JSON file `name`."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(directory, copy)
+    if change is None:
+        os.remove(copy / name)
+    else:
+        path = copy / name
+        values = json.loads(path.read_text())
+        change(values)
+        path.write_text(json.dumps(values))
+    return str(copy)
+
+
+@pytest.mark.parametrize("name, change, message", [
+    ("config.json", lambda c: c.update(model_type="bart"), "model_type is 'bart'"),
+    ("config.json", lambda c: c.update(normalize_before=True), "normalize_before"),
+    ("config.json", lambda c: c.update(activation_function="tanh"), "activation_function"),
+    ("config.json", lambda c: c.update(vocab_size=c["vocab_size"] + 1), "vocab_size"),
+    ("config.json", lambda c: c.update(scale_embedding=False), "scale_embedding"),
+    ("config.json", lambda c: c.update(decoder_ffn_dim=8), "decoder_ffn_dim"),
+    ("vocab.json", lambda v: v.pop("<unk>"), "<unk>"),
+    ("target.spm", None, "target.spm not found"),
+    ("model.safetensors", None, "has no weights"),
+])
+def test_import_refuses_what_it_does_not_support_naming_it(imported, tmp_path, name, change,
+                                                            message):
+    if name == "model.safetensors" and not os.path.exists(
+            os.path.join(imported.directory, name)):
+        name = "pytorch_model.bin"
+    out = tmp_path / "run"
+    with pytest.raises((ValueError, FileNotFoundError), match=message.replace("(", r"\(")):
+        import_marian(_corrupt(imported.directory, tmp_path, name, change), out)
+    assert not out.exists()
+
+
+def test_tfformer_import_program_exits_0_with_progress_then_2_naming_the_problem(
+        imported, tmp_path):
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "tfformer.cli.import_pretrained", imported.directory,
+               "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert [line.split(":")[1].split()[0] for line in lines[:-1]] == ["reading", "read",
+                                                                      "writing"]
+    assert json.loads(lines[-1])["run_dir"] == str(out)
+    assert sorted(os.listdir(out)) == ["config.json", "model.keras", "pretrained.json",
+                                       "source.spm", "target.spm", "vocabulary.json"]
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 2 and "is not an empty directory" in again.stderr
+    assert "Traceback" not in again.stderr
