@@ -47,11 +47,12 @@ def marian_vocabulary(pieces, codes=(), dropped=(), pad_at=None) -> dict[str, in
 def make_marian_dir(path: str, *, activation: str = "swish", separate: bool = False,
                     multilingual: bool = False, seed: int = 0, d_model: int = 32,
                     layers: int = 2, heads: int = 4, d_ff: int = 64, vocab: int = 120,
-                    safetensors: bool = True, eos_bias: float = 0.0) -> dict:
+                    safetensors: bool = True, train_steps: int = 0) -> dict:
     """Writes a Marian directory at `path`; returns {"vocab", "target_vocab", "dropped"}.
 
-    `eos_bias` is added to EOS's final logits bias, so that a random model ends its
-    hypotheses of its own accord after a few tokens.
+    `train_steps` > 0 trains the random model that many Adam steps on built-in pairs (biases
+    stay non-zero), so that its translations end of their own accord at varied lengths, as a
+    real model's do: a random one either ends every hypothesis at once or none.
     """
     import torch
     from transformers import MarianConfig, MarianMTModel, MarianTokenizer
@@ -99,9 +100,10 @@ def make_marian_dir(path: str, *, activation: str = "swish", separate: bool = Fa
                 parameter.copy_(0.1 * torch.randn(parameter.shape, generator=generator))
             elif "layer_norm.weight" in name:
                 parameter.copy_(1 + 0.1 * torch.randn(parameter.shape, generator=generator))
-        bias = 0.5 * torch.randn(model.final_logits_bias.shape, generator=generator)
-        bias[0, 0] += eos_bias
-        model.final_logits_bias.copy_(bias)
+        model.final_logits_bias.copy_(
+            0.5 * torch.randn(model.final_logits_bias.shape, generator=generator))
+    if train_steps:
+        _train(model, path, pairs, separate, train_steps, seed)
     model.generation_config.bad_words_ids = [[pad]]
     model.save_pretrained(path)
     if not safetensors:  # the older layout, which transformers 5 no longer writes
@@ -115,6 +117,36 @@ def make_marian_dir(path: str, *, activation: str = "swish", separate: bool = Fa
         separate_vocabs=separate)
     tokenizer.save_pretrained(path)
     return {"vocab": vocabulary, "target_vocab": target_vocabulary, "dropped": dropped}
+
+
+def _train(model, path, pairs, separate, steps: int, seed: int) -> None:
+    import torch
+    from transformers import MarianTokenizer
+
+    tokenizer = MarianTokenizer(
+        os.path.join(path, "source.spm"), os.path.join(path, "target.spm"),
+        os.path.join(path, "vocab.json"),
+        target_vocab_file=os.path.join(path, "target_vocab.json") if separate else None,
+        separate_vocabs=separate)
+    bias = model.final_logits_bias
+    model.final_logits_bias = torch.nn.Parameter(bias.clone())  # trained too, then a buffer
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    rng = np.random.default_rng(seed)
+    model.train()
+    for _ in range(steps):
+        batch = [pairs[i] for i in rng.integers(0, len(pairs), 32)]
+        inputs = tokenizer([s for s, _ in batch], text_target=[t for _, t in batch],
+                           return_tensors="pt", padding=True)
+        labels = inputs.pop("labels")
+        labels[labels == tokenizer.pad_token_id] = -100
+        loss = model(**inputs, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    trained = model.final_logits_bias.detach().clone()
+    del model.final_logits_bias
+    model.register_buffer("final_logits_bias", trained)
 
 
 def sample_sentences(n: int = 200, seed: int = 1, codes=()) -> list[str]:

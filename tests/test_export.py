@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.compat_python import compat_python
 from tests.test_rest import call
 from tfformer.cli.export import main as export_main
 from tfformer.contract import (
@@ -393,18 +394,6 @@ def test_greedy_translator_equals_beam_search_of_one_without_length_penalty(run_
     beam_texts = [t.decode("utf-8") for t in tokenizer.detokenize(beam.tokens[:, 0]).numpy()]
     assert [text for text, _ in greedy.translate_texts(SENTENCES)] == beam_texts
     assert any(beam_texts)  # random weights still emit tokens: the comparison is not of blanks
-
-
-def compat_python():
-    """The second virtualenv (tensorflow 2.20.0 + tensorflow-text 2.20.0) that `make test`
-    builds, standing in for the TF/TF Text versions a stock TF Serving binary links."""
-    path = os.environ.get("TFFORMER_COMPAT_PYTHON",
-                          os.path.join(ROOT, ".venv-tf2.20", "bin", "python"))
-    if not os.path.exists(path):
-        if os.environ.get("CI"):
-            pytest.fail(f"{path} missing: `make test` builds it (target .venv-tf2.20)")
-        pytest.skip(f"{path} missing: run `make test` to build the TF 2.20 compat venv")
-    return path
 
 
 @pytest.fixture(scope="module")

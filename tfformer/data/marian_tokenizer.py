@@ -8,10 +8,12 @@ the methods of `tfformer.data.tokenizer.Tokenizer` that translation uses.
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 import tensorflow as tf
 import tensorflow_text as tf_text
+from tensorflow_text.python.ops import sentencepiece_tokenizer as tf_text_sentencepiece
 
 from tfformer.data.marian_pieces import MarianPieces
 from tfformer.data.tokenizer import _append_column
@@ -20,6 +22,26 @@ from tfformer.utils.run_dir import RunDir
 
 # RE2 (tf.strings): a language code as MarianTokenizer finds it, ">>" up to the first "<<".
 _CODE = r"(?s)^(>>.*?<<)"
+
+
+class _SharedNameModelResource(tf_text_sentencepiece._SentencepieceModelResource):
+    """tf-text's SentencePiece model resource, created under a name of its own. tf-text creates
+    every model's resource with the same (empty) shared name: in a reloaded SavedModel, two
+    SentencePiece models then resolve to one resource, and both sides tokenize with the same
+    model. Named by a hash of the model, each model keeps its own."""
+
+    def _create_resource(self):
+        name = "tfformer_sentencepiece_" + hashlib.sha256(self._model).hexdigest()[:16]
+        with tf.name_scope(self._name or "SentenceTokenizerInitializer"):
+            return tf_text_sentencepiece.gen_sentencepiece_tokenizer.sentencepiece_op(
+                model=self._model, shared_name=name)
+
+
+def _sentencepiece(model: bytes) -> tf_text.SentencepieceTokenizer:
+    """A tf-text SentencePiece tokenizer of string pieces whose resource is its own."""
+    tokenizer = tf_text.SentencepieceTokenizer(model=model, out_type=tf.string)
+    tokenizer._model_resource = _SharedNameModelResource(model, None)
+    return tokenizer
 
 
 def _piece_table(pieces: list[str]) -> tf.lookup.StaticHashTable:
@@ -41,10 +63,8 @@ class MarianTokenizer(tf.Module):
     def __init__(self, pieces: MarianPieces, name: str = "tokenizer"):
         super().__init__(name=name)
         self.pieces = pieces
-        self.source_sentencepiece = tf_text.SentencepieceTokenizer(
-            model=pieces.source_model, out_type=tf.string)
-        self.target_sentencepiece = tf_text.SentencepieceTokenizer(
-            model=pieces.target_model, out_type=tf.string)
+        self.source_sentencepiece = _sentencepiece(pieces.source_model)
+        self.target_sentencepiece = _sentencepiece(pieces.target_model)
         self.source_table = _piece_table(pieces.source_pieces)
         self.target_table = self.source_table if pieces.shared else \
             _piece_table(pieces.target_pieces)
