@@ -104,6 +104,9 @@ def make_marian_dir(path: str, *, activation: str = "swish", separate: bool = Fa
             0.5 * torch.randn(model.final_logits_bias.shape, generator=generator))
     if train_steps:
         _train(model, path, pairs, separate, train_steps, seed)
+    with torch.no_grad():  # decoding starts from <pad>'s row: zeros in Marian's models
+        for embedding in (model.model.encoder.embed_tokens, model.model.decoder.embed_tokens):
+            embedding.weight[pad] = 0
     model.generation_config.bad_words_ids = [[pad]]
     model.save_pretrained(path)
     if not safetensors:  # the older layout, which transformers 5 no longer writes

@@ -81,3 +81,20 @@ def test_unknown_fields_and_presets_are_named():
         get_preset("huge")
     with pytest.raises(ValueError, match="not valid JSON"):
         TransformerConfig.from_json("{")
+
+
+def test_marians_options_default_to_the_papers_and_are_checked_by_field():
+    paper = TransformerConfig()
+    assert (paper.activation, paper.sinusoid_layout, paper.final_logits_bias,
+            paper.source_vocab_size) == ("relu", "interleaved", False, 0)
+    old = {k: v for k, v in paper.to_dict().items()
+           if k not in ("activation", "sinusoid_layout", "final_logits_bias", "source_vocab_size")}
+    assert TransformerConfig.from_dict(old) == paper  # configs written before them load
+    for field, value in (("activation", "tanh"), ("sinusoid_layout", "mixed"),
+                         ("final_logits_bias", 1), ("source_vocab_size", 3)):
+        with pytest.raises(ValueError, match=field):
+            paper.replace(share_embeddings=False, **{field: value})
+    with pytest.raises(ValueError, match="source_vocab_size needs share_embeddings false"):
+        paper.replace(source_vocab_size=100)
+    assert paper.replace(share_embeddings=False, source_vocab_size=100).source_vocabulary_size \
+        == 100

@@ -55,3 +55,16 @@ def test_embedding_scaled_by_sqrt_d_model_and_tied_to_logits():
     np.testing.assert_allclose(to_numpy(layer.projection()), table.T)
     np.testing.assert_allclose(to_numpy(layer.logits(hidden, layer.projection())),
                                hidden @ table.T, atol=1e-5)
+
+
+def test_halves_layout_is_marians_sines_then_cosines():
+    """Hugging Face's MarianSinusoidalPositionalEmbedding, written out in NumPy: the angles of
+    the interleaved table, sines of the even columns first, cosines of the odd ones after."""
+    for d_model in (8, 7):
+        angles = np.array([[pos / np.power(10000, 2 * (j // 2) / d_model)
+                            for j in range(d_model)] for pos in range(50)])
+        half = (d_model + 1) // 2
+        expected = np.concatenate([np.sin(angles[:, 0::2]), np.cos(angles[:, 1::2])], axis=1)
+        table = ops.convert_to_numpy(sinusoidal_table(np.arange(50), d_model, layout="halves"))
+        assert table.shape == (50, d_model) and expected[:, :half].shape[1] == half
+        np.testing.assert_allclose(table, expected, atol=2e-5)

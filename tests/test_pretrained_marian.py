@@ -287,3 +287,39 @@ def test_exported_saved_model_translates_as_generate_and_batch_decode_under_tf_2
                                                   skip_special_tokens=True)
     assert got["translations"] == expected
     assert sum(bool(text) for text in expected) >= 32
+
+
+# -- the CTranslate2 export ----------------------------------------------------------------
+
+def test_ctranslate2_export_reproduces_our_model_and_generates_as_transformers(imported,
+                                                                            tmp_path):
+    """tfformer-export --format ctranslate2 of the imported run reproduces our log-probabilities
+    (its own check), and CTranslate2's greedy search on it gives generate(num_beams=1)'s tokens
+    wherever generate ended before its length limit."""
+    import ctranslate2
+
+    from tfformer.export.ctranslate2 import TRANSLATE_OPTIONS, Vocabulary, export_ctranslate2
+
+    sentences = [s for s in imported.sentences if s.strip()][:48]
+    result = export_ctranslate2(imported.run_dir, tmp_path / "ours", check_sentences=sentences)
+    assert result.max_log_prob_difference < 1e-4
+    separate = imported.vocab is not imported.target_vocab
+    written = sorted(os.listdir(tmp_path / "ours"))
+    assert written == sorted(["config.json", "model.bin", "source.spm", "target.spm"] + (
+        ["source_vocabulary.json", "target_vocabulary.json"] if separate
+        else ["shared_vocabulary.json"]))
+    config = imported.result.config
+    vocabulary = Vocabulary(imported.run_dir, config.vocab_size, config.source_vocabulary_size)
+    translator = ctranslate2.Translator(str(tmp_path / "ours"), device="cpu")
+    results = translator.translate_batch([vocabulary.source_tokens(s) for s in sentences],
+                                         beam_size=1, max_decoding_length=200,
+                                         **TRANSLATE_OPTIONS)
+    expected = hf_generate(imported, sentences)
+    limits = [len(imported.hf_tokenizer(s)["input_ids"]) + EXTRA for s in sentences]
+    compared = 0
+    for result, marian_ids, limit in zip(results, expected, limits):
+        if len(marian_ids) < limit:  # generate ended of its own accord
+            ids = imported.to_marian(vocabulary.target.index(p) for p in result.hypotheses[0])
+            assert ids + [EOS_MARIAN] == marian_ids
+            compared += 1
+    assert compared >= 24

@@ -1,6 +1,9 @@
 """A run's model as a CTranslate2 model directory, for fast CPU (and GPU) inference.
 
     RUN/ -> OUT/{model.bin, config.json, shared_vocabulary.json, tokenizer.model}
+    an imported run -> OUT/{model.bin, config.json, shared_vocabulary.json or
+                            source_vocabulary.json + target_vocabulary.json, source.spm,
+                            target.spm}
 
 CTranslate2 (https://github.com/OpenNMT/CTranslate2) runs the same network as our Keras model;
 the conventions where the two differ are settled here, in the exported model, so that
@@ -14,7 +17,10 @@ CTranslate2 computes our log-probabilities:
   is 1e-5).
 - post-norm or pre-norm as the run was trained; embeddings scaled by sqrt(d_model); one shared
   vocabulary (source, target, pre-softmax projection) whose ids are ours: <pad>=0, <unk>=1,
-  <s>=2, </s>=3.
+  <s>=2, </s>=3. An imported model (tfformer-import) keeps its activation, its sinusoid layout
+  (written as its table, as ours), its logits bias, and its source and target vocabularies in
+  our id order; CTranslate2 takes its source as `tfformer.data.marian_pieces` cuts it (a
+  language code first) and its target pieces are the target SentencePiece model's.
 - the source gets our EOS appended (`add_source_eos`), the decoder starts from our BOS and
   stops at our EOS: give CTranslate2 SentencePiece pieces, nothing else.
 
@@ -53,7 +59,6 @@ logger = logging.getLogger(__name__)
 # "none" keeps float32 weights; the rest are CTranslate2's weight types (ACCEPTED_MODEL_TYPES).
 QUANTIZATIONS = ("none", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
                  "float16", "bfloat16", "float32")
-TOKENIZER_NAME = "tokenizer.model"
 # Default rows of the position table of a sinusoidal model: CTranslate2's default
 # max_input_length (1024 pieces) plus our EOS; its default max_decoding_length is 256.
 DEFAULT_MAX_POSITIONS = 1025
@@ -174,7 +179,8 @@ def position_table(stack, max_positions: int) -> np.ndarray:
 
     if stack.positional == "learned":
         return _array(stack.positions.position_embeddings)[:max_positions]
-    return _array(sinusoidal_table(np.arange(max_positions), stack.d_model))
+    return _array(sinusoidal_table(np.arange(max_positions), stack.d_model,
+                                   layout=stack.sinusoid_layout))
 
 
 def _set_stack_inputs(spec, embedding, stack, max_positions: int) -> None:
@@ -186,24 +192,71 @@ def _set_stack_inputs(spec, embedding, stack, max_positions: int) -> None:
         _set_norm(spec.layer_norm, stack.final_norm)
 
 
-def vocabulary(tokenizer_path: str | os.PathLike, size: int) -> list[str]:
-    """Our pieces in id order, padded to the model's `size` ids with unused placeholders."""
-    import sentencepiece as spm
+class Vocabulary:
+    """A run's tokens in id order for CTranslate2 (source and target), and how a text becomes
+    the tokens CTranslate2 takes: SentencePiece pieces of the run's tokenizer.model, or an
+    imported model's (`tfformer.data.marian_pieces`: a language code first, pieces the
+    vocabulary lacks as <unk>).
 
-    processor = spm.SentencePieceProcessor(model_file=os.fspath(tokenizer_path))
-    pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
-    if pieces[:4] != [PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE]:
-        raise ValueError(f"{tokenizer_path} has reserved pieces {pieces[:4]}, expected "
-                         f"{[PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE]}")
-    if len(pieces) > size:
-        raise ValueError(f"{tokenizer_path} has {len(pieces)} pieces but the model only "
-                         f"{size} ids")
-    return pieces + [f"<tfformer_unused_{i}>" for i in range(len(pieces), size)]
+    Args:
+        run_dir: the run directory.
+        size: the model's vocab_size; source_size: its source vocabulary's.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike, size: int, source_size: int | None = None):
+        from tfformer.data.pieces import load_pieces
+
+        run = RunDir(run_dir)
+        self.files = run.tokenizer_files
+        self.pieces = load_pieces(run)
+        if hasattr(self.pieces, "target_pieces"):  # an imported model's own vocabulary
+            source, target = self.pieces.source_pieces, self.pieces.target_pieces
+        else:
+            processor = self.pieces.processor
+            source = target = [processor.id_to_piece(i)
+                               for i in range(processor.get_piece_size())]
+        for tokens, limit in ((target, size), (source, source_size or size)):
+            if tokens[:4] != [PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE]:
+                raise ValueError(f"{self.files[0]} has reserved pieces {tokens[:4]}, expected "
+                                 f"{[PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE]}")
+            if len(tokens) > limit:
+                raise ValueError(f"{self.files[0]} has {len(tokens)} pieces but the model only "
+                                 f"{limit} ids")
+        self.source = self._padded(source, source_size or size)
+        self.target = self._padded(target, size)
+
+    @staticmethod
+    def _padded(tokens: list[str], size: int) -> list[str]:
+        """The tokens padded to the model's `size` ids with unused placeholders."""
+        return list(tokens) + [f"<tfformer_unused_{i}>" for i in range(len(tokens), size)]
+
+    def source_tokens(self, text: str) -> list[str]:
+        if hasattr(self.pieces, "source_pieces_of"):
+            ids = set(self.pieces.source_ids)
+            return [p if p in ids else UNK_PIECE for p in self.pieces.source_pieces_of(text)]
+        return self.pieces.processor.encode(text, out_type=str)
+
+    def source_ids(self, text: str) -> list[int]:
+        if hasattr(self.pieces, "encode_source_ids"):
+            return self.pieces.encode_source_ids([text])[0]
+        return self.pieces.encode([text])[0]
+
+    def target_ids(self, text: str) -> list[int]:
+        return self.pieces.encode([text])[0]
+
+    def target_tokens(self, text: str) -> list[str]:
+        return [self.target[i] for i in self.target_ids(text)]
 
 
-def model_spec(model, pieces: Sequence[str], max_positions: int | None = None):
-    """The CTranslate2 TransformerSpec of our Transformer `model`, vocabulary `pieces`."""
-    from ctranslate2.specs import transformer_spec
+# TransformerConfig.activation -> CTranslate2's.
+ACTIVATIONS = {"relu": "RELU", "swish": "SWISH", "gelu": "GELU"}
+
+
+def model_spec(model, pieces: Sequence[str], max_positions: int | None = None,
+               source_pieces: Sequence[str] | None = None):
+    """The CTranslate2 TransformerSpec of our Transformer `model`, vocabulary `pieces` (and
+    `source_pieces` where the source has its own)."""
+    from ctranslate2.specs import common_spec, transformer_spec
 
     config = model.transformer_config
     if max_positions is None:
@@ -214,12 +267,15 @@ def model_spec(model, pieces: Sequence[str], max_positions: int | None = None):
                          f"{config.max_length} learned positions")
     spec = transformer_spec.TransformerSpec.from_config(
         (config.num_encoder_layers, config.num_decoder_layers), config.num_heads,
-        pre_norm=config.norm == "pre")
+        pre_norm=config.norm == "pre",
+        activation=getattr(common_spec.Activation, ACTIVATIONS[config.activation]))
     d_model = config.d_model
     _set_stack_inputs(spec.encoder, model.source_embedding or model.embedding, model.encoder,
                       max_positions)
     _set_stack_inputs(spec.decoder, model.embedding, model.decoder, max_positions)
-    spec.decoder.projection.weight = _array(model.embedding.embeddings)  # tied, no bias (§3.4)
+    spec.decoder.projection.weight = _array(model.embedding.embeddings)  # tied (§3.4)
+    if model.embedding.bias is not None:  # Marian's final logits bias
+        spec.decoder.projection.bias = _array(model.embedding.bias)
     for layer_spec, layer in zip(spec.encoder.layer, model.encoder.stack):
         _set_attention(layer_spec.self_attention, layer.self_attention,
                        layer.attention_connection, d_model, self_attention=True)
@@ -232,7 +288,7 @@ def model_spec(model, pieces: Sequence[str], max_positions: int | None = None):
                        layer.cross_attention_connection, d_model, self_attention=False)
         _set_feed_forward(layer_spec.ffn, layer.feed_forward, layer.feed_forward_connection,
                           d_model)
-    spec.register_source_vocabulary(list(pieces))
+    spec.register_source_vocabulary(list(pieces if source_pieces is None else source_pieces))
     spec.register_target_vocabulary(list(pieces))
     spec.config.unk_token, spec.config.bos_token = UNK_PIECE, BOS_PIECE
     spec.config.eos_token, spec.config.decoder_start_token = EOS_PIECE, BOS_PIECE
@@ -275,7 +331,7 @@ def teacher_forced_log_probs(model, source_ids: Sequence[int], target_ids: Seque
     return log_probs[np.arange(len(labels)), labels]
 
 
-def check_export(path: str, model, tokenizer_path: str, sentences: Sequence[str],
+def check_export(path: str, model, vocabulary: Vocabulary, sentences: Sequence[str],
                  quantization: str) -> float | None:
     """Loads the written model in CTranslate2 and scores `sentences` (each as its own target);
     for float32 weights, returns the largest log-probability difference from our model.
@@ -285,15 +341,14 @@ def check_export(path: str, model, tokenizer_path: str, sentences: Sequence[str]
             CHECK_TOLERANCE.
     """
     import ctranslate2
-    import sentencepiece as spm
 
-    processor = spm.SentencePieceProcessor(model_file=tokenizer_path)
-    pieces = [processor.encode(s, out_type=str) for s in sentences]
+    sources = [vocabulary.source_tokens(s) for s in sentences]
+    targets = [vocabulary.target_tokens(s) for s in sentences]
     try:
         translator = ctranslate2.Translator(path, device="cpu", compute_type="default")
-        translator.translate_batch(pieces, beam_size=1, max_decoding_length=8,
+        translator.translate_batch(sources, beam_size=1, max_decoding_length=8,
                                    **TRANSLATE_OPTIONS)
-        scored = translator.score_batch(pieces, pieces)
+        scored = translator.score_batch(sources, targets)
     except (RuntimeError, ValueError) as error:
         raise CTranslate2ExportError(f"CTranslate2 cannot run the written model: {error}") \
             from error
@@ -301,8 +356,8 @@ def check_export(path: str, model, tokenizer_path: str, sentences: Sequence[str]
         return None
     worst = 0.0
     for sentence, result in zip(sentences, scored):
-        ids = processor.encode(sentence)
-        ours = teacher_forced_log_probs(model, ids, ids)
+        ours = teacher_forced_log_probs(model, vocabulary.source_ids(sentence),
+                                        vocabulary.target_ids(sentence))
         worst = max(worst, float(np.max(np.abs(np.array(result.log_probs) - ours))))
     if worst > CHECK_TOLERANCE:
         raise CTranslate2ExportError(
@@ -341,11 +396,13 @@ def export_ctranslate2(run_dir: str | os.PathLike, out: str | os.PathLike, *,
     quantization = check_quantization(quantization)
     out = check_output_dir(out)
     run = RunDir(run_dir)
-    if not os.path.exists(run.tokenizer):
-        raise FileNotFoundError(f"{run.tokenizer} not found: a run dir needs its tokenizer")
+    for path in run.tokenizer_files:  # before the model loads: the cheap error first
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path} not found: a run dir needs its tokenizer")
     model, weights = load_model(run.path, weights)
-    spec = model_spec(model, vocabulary(run.tokenizer, model.transformer_config.vocab_size),
-                      max_positions)
+    config = model.transformer_config
+    vocabulary = Vocabulary(run.path, config.vocab_size, config.source_vocabulary_size)
+    spec = model_spec(model, vocabulary.target, max_positions, vocabulary.source)
     spec.validate()
     spec.optimize(quantization=None if quantization == "none" else quantization)
     if check_sentences is None:
@@ -361,8 +418,10 @@ def export_ctranslate2(run_dir: str | os.PathLike, out: str | os.PathLike, *,
         os.makedirs(temporary)
         try:
             spec.save(temporary)
-            shutil.copyfile(run.tokenizer, os.path.join(temporary, TOKENIZER_NAME))
-            difference = check_export(temporary, model, run.tokenizer, check_sentences,
+            for source in vocabulary.files:  # the SentencePiece model(s) the tokens come from
+                if source.endswith((".model", ".spm")):
+                    shutil.copyfile(source, os.path.join(temporary, os.path.basename(source)))
+            difference = check_export(temporary, model, vocabulary, check_sentences,
                                       quantization)
         except BaseException:
             shutil.rmtree(temporary, ignore_errors=True)
