@@ -18,6 +18,7 @@ POSITIONAL_CHOICES = ("sinusoidal", "learned")
 NORM_CHOICES = ("post", "pre")
 ACTIVATION_CHOICES = ("relu", "swish", "gelu")
 SINUSOID_CHOICES = ("interleaved", "halves")
+LENGTH_PENALTY_FORMS = ("gnmt", "power")
 # Fields of TransformerConfig that only act during training.
 TRAINING_ONLY = ("dropout", "attention_dropout")
 # Fields that configs written before the architecture/training/decoding split carried.
@@ -181,7 +182,10 @@ class DecodingConfig:
 
     Args:
         beam_size: k, the beam width; 1 means greedy search.
-        length_penalty: alpha of the length penalty ((5 + |Y|) / 6) ** alpha.
+        length_penalty: alpha of the length penalty.
+        length_penalty_form: "gnmt", lp(Y) = ((5 + |Y|) / 6) ** alpha (§6.1, Wu et al. 2016), or
+            "power", lp(Y) = |Y| ** alpha (Hugging Face's generate and fairseq's); |Y| counts
+            the generated tokens, EOS included.
         max_output_extra: maximum output length = input length + this.
         no_repeat_ngram: n > 0 forbids any n-gram of n pieces twice in a hypothesis (0: off,
             the paper's search).
@@ -191,6 +195,7 @@ class DecodingConfig:
     length_penalty: float = 0.6
     max_output_extra: int = 50
     no_repeat_ngram: int = 0
+    length_penalty_form: str = "gnmt"
 
     def __post_init__(self) -> None:
         for name in ("beam_size", "max_output_extra", "no_repeat_ngram"):
@@ -201,6 +206,9 @@ class DecodingConfig:
         check_at_least("max_output_extra", self.max_output_extra, 0)
         check_at_least("no_repeat_ngram", self.no_repeat_ngram, 0)
         check_non_negative("length_penalty", self.length_penalty)
+        if self.length_penalty_form not in LENGTH_PENALTY_FORMS:
+            raise ValueError(f"length_penalty_form must be one of {LENGTH_PENALTY_FORMS}, got "
+                             f"{self.length_penalty_form!r}")
 
 
 # Paper Table 3. `tiny` is ours: small enough to train on a 2-core CPU in minutes.

@@ -161,14 +161,14 @@ def export(run_dir: str | os.PathLike, model_base_path: str = "models", name: st
            length_penalty: float | None = None, max_output_extra: int | None = None,
            no_repeat_ngram: int | None = None,
            check_sentences: str | Sequence[str] | None = None,
-           precision: str = "fp32") -> ExportResult:
+           precision: str = "fp32", length_penalty_form: str | None = None) -> ExportResult:
     """Exports the run's model.keras as `model_base_path/name/VERSION` for TF Serving, checked
     op by op and in a fresh process (see `tfformer.export.saved_model.export_saved_model`).
 
     Args:
         version: default one above the highest present.
-        beam_size, length_penalty, max_output_extra, no_repeat_ngram: the exported search
-            (default: the paper's, `DecodingConfig`).
+        beam_size, length_penalty, max_output_extra, no_repeat_ngram, length_penalty_form: the
+            exported search (default: the paper's, `DecodingConfig`).
         check_sentences: sentences, or a file of them, for the fresh-process check (default:
             the run's dev sources, else a few fixed Spanish sentences).
         precision: "fp32", or "bf16": weights stored and multiplied in bfloat16, LayerNorm,
@@ -183,7 +183,8 @@ def export(run_dir: str | os.PathLike, model_base_path: str = "models", name: st
     run = RunDir(run_dir)
     translator = load_translator(run.path, beam_size=beam_size, length_penalty=length_penalty,
                                  max_output_extra=max_output_extra,
-                                 no_repeat_ngram=no_repeat_ngram, precision=precision)
+                                 no_repeat_ngram=no_repeat_ngram, precision=precision,
+                                 length_penalty_form=length_penalty_form)
     if precision == "bf16":
         from tfformer.utils.cpu import describe_bf16_support
 

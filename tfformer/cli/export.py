@@ -24,13 +24,14 @@ import logging
 import sys
 
 from tfformer.cli.console import DefaultsOnceFormatter, import_tensorflow, start_logging
+from tfformer.config import LENGTH_PENALTY_FORMS
 from tfformer.export.ctranslate2 import QUANTIZATIONS
 from tfformer.model.precision import INFERENCE_PRECISIONS
 
 logger = logging.getLogger("tfformer.cli.export")
 
-SAVED_MODEL_ONLY = ("version", "beam_size", "length_penalty", "max_output_extra",
-                    "no_repeat_ngram", "precision")
+SAVED_MODEL_ONLY = ("version", "beam_size", "length_penalty", "length_penalty_form",
+                    "max_output_extra", "no_repeat_ngram", "precision")
 CTRANSLATE2_ONLY = ("out", "quantization", "weights")
 
 
@@ -48,6 +49,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="1 = greedy (default: 4, as in the paper)")
     parser.add_argument("--length-penalty", type=float, default=None,
                         help="alpha (default: 0.6, as in the paper)")
+    parser.add_argument("--length-penalty-form", choices=LENGTH_PENALTY_FORMS, default=None,
+                        help="gnmt: ((5 + |Y|) / 6) ** alpha, the paper's (default); power: "
+                             "|Y| ** alpha, as Hugging Face's generate (an imported OPUS-MT "
+                             "model ranks as there)")
     parser.add_argument("--max-output-extra", type=int, default=None,
                         help="maximum output length = input length + this (default: 50)")
     parser.add_argument("--no-repeat-ngram", type=int, default=None, metavar="N",
@@ -108,6 +113,7 @@ def main(argv=None) -> int:
                                 beam_size=args.beam_size, length_penalty=args.length_penalty,
                                 max_output_extra=args.max_output_extra,
                                 no_repeat_ngram=args.no_repeat_ngram,
+                                length_penalty_form=args.length_penalty_form,
                                 check_sentences=args.check_sentences,
                                 precision=args.precision or "fp32")
             report = {"export_dir": result.export_dir, "version": result.version,

@@ -47,7 +47,8 @@ def greedy_search(model, source_ids: np.ndarray, max_output_extra: int = 50, *,
 
 def beam_search(model, source_ids: np.ndarray, beam_size: int = 4, alpha: float = 0.6,
                 max_output_extra: int = 50, n_best: int = 1, *, no_repeat_ngram: int = 0,
-                prefix_ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                prefix_ids: np.ndarray | None = None,
+                length_penalty_form: str = "gnmt") -> tuple[np.ndarray, np.ndarray]:
     """Beam search with the length penalty of §6.1, by `tfformer.decode.rules` (token-identical
     to `tfformer.decode.search.beam_search` on the same weights).
 
@@ -61,7 +62,8 @@ def beam_search(model, source_ids: np.ndarray, beam_size: int = 4, alpha: float 
         raise ValueError(f"beam_size {beam_size} needs a vocabulary of at least "
                          f"{2 * beam_size} ids")
     rules.TokenRules.check(no_repeat_ngram)
-    key = ("beam", beam_size, float(alpha), max_output_extra, no_repeat_ngram)
+    key = ("beam", beam_size, float(alpha), max_output_extra, no_repeat_ngram,
+           length_penalty_form)
     tokens, scores, steps = _compiled(model, key, _beam_loop, source_ids, prefix_ids)
     return tokens[:, :n_best, 1:steps + 1], scores[:, :n_best]
 
@@ -131,12 +133,12 @@ def _greedy_loop(model, source_ids, prefix_ids, max_output_extra: int, no_repeat
 
 
 def _beam_loop(model, source_ids, prefix_ids, k: int, alpha: float, max_output_extra: int,
-               no_repeat_ngram: int):
+               no_repeat_ngram: int, form: str):
     batch, vocab = source_ids.shape[0], model.transformer_config.vocab_size
     capacity, prefix, max_lengths, token_rules, memory, source_mask = _prepare(
         model, source_ids, prefix_ids, max_output_extra, no_repeat_ngram)
     beam = rules.BeamRules(k, alpha, max_lengths, None if prefix is None else prefix.lengths,
-                           rules.FixedSequences)
+                           rules.FixedSequences, form)
     per_row = lambda x: ops.repeat(x, k, axis=0)  # noqa: E731  row b*k+i = sentence b, beam i
     source_mask = per_row(source_mask)
     cache = tree.map_structure(per_row, model.init_cache(memory, capacity=capacity))
@@ -257,7 +259,8 @@ def sample_search(model, source_ids: np.ndarray, temperature, top_k, top_p, seed
 
 
 def _search_texts(model, tokenizer, sentences: Sequence[str], max_output_extra: int,
-                  beam_size: int, alpha: float, no_repeat_ngram: int):
+                  beam_size: int, alpha: float, no_repeat_ngram: int,
+                  length_penalty_form: str = "gnmt"):
     """(pieces, source ids, best tokens [batch, T], their scores) of `translate_texts`."""
     pieces = getattr(tokenizer, "pieces", tokenizer)
     source_ids = pieces.encode_source(sentences)
@@ -266,14 +269,15 @@ def _search_texts(model, tokenizer, sentences: Sequence[str], max_output_extra: 
                                        no_repeat_ngram=no_repeat_ngram)
     else:
         tokens, scores = beam_search(model, source_ids, beam_size, alpha, max_output_extra,
-                                     no_repeat_ngram=no_repeat_ngram)
+                                     no_repeat_ngram=no_repeat_ngram,
+                                     length_penalty_form=length_penalty_form)
         tokens, scores = tokens[:, 0], scores[:, 0]
     return pieces, source_ids, tokens, scores
 
 
 def translate_texts(model, tokenizer, sentences: Sequence[str], max_output_extra: int = 50,
-                    beam_size: int = 1, alpha: float = 0.6,
-                    no_repeat_ngram: int = 0) -> list[tuple[str, float]]:
+                    beam_size: int = 1, alpha: float = 0.6, no_repeat_ngram: int = 0,
+                    length_penalty_form: str = "gnmt") -> list[tuple[str, float]]:
     """(translation, score) of each sentence, in order: greedy search (score log P(Y)) for
     beam_size 1, else beam search (log P(Y) / lp(Y)).
 
@@ -283,19 +287,22 @@ def translate_texts(model, tokenizer, sentences: Sequence[str], max_output_extra
     if not sentences:
         return []
     pieces, _, tokens, scores = _search_texts(model, tokenizer, sentences, max_output_extra,
-                                              beam_size, alpha, no_repeat_ngram)
+                                              beam_size, alpha, no_repeat_ngram,
+                                              length_penalty_form)
     return list(zip(pieces.decode(tokens), (float(score) for score in scores)))
 
 
 def translate_texts_aligned(model, tokenizer, sentences: Sequence[str],
                             max_output_extra: int = 50, beam_size: int = 1, alpha: float = 0.6,
-                            no_repeat_ngram: int = 0) -> list[tuple[str, float, str]]:
+                            no_repeat_ngram: int = 0, length_penalty_form: str = "gnmt"
+                            ) -> list[tuple[str, float, str]]:
     """`translate_texts` with each translation's alignment, as the export's `translate_align`
     gives it (`tfformer.decode.alignments`): (translation, score, "i-j ...")."""
     if not sentences:
         return []
     pieces, source_ids, tokens, scores = _search_texts(
-        model, tokenizer, sentences, max_output_extra, beam_size, alpha, no_repeat_ngram)
+        model, tokenizer, sentences, max_output_extra, beam_size, alpha, no_repeat_ngram,
+        length_penalty_form)
     indices = ops.convert_to_numpy(alignment_indices(model, source_ids, tokens))
     return list(zip(pieces.decode(tokens), (float(score) for score in scores),
                     (pharaoh_text(row) for row in indices)))

@@ -19,8 +19,8 @@ class KerasTranslator:
     Args:
         model: a `Transformer` on any backend.
         tokenizer: a `tfformer.data.pieces.SentencePieces` or a `Tokenizer`.
-        beam_size, length_penalty, max_output_extra, no_repeat_ngram: the search (default:
-            the paper's, `DecodingConfig`).
+        beam_size, length_penalty, max_output_extra, no_repeat_ngram, length_penalty_form:
+            the search (default: the paper's, `DecodingConfig`).
     """
 
     def __init__(self, model, tokenizer, **decoding):
@@ -32,7 +32,7 @@ class KerasTranslator:
         return keras_search.translate_texts(
             self.model, self.tokenizer, sentences, self.decoding.max_output_extra,
             self.decoding.beam_size, self.decoding.length_penalty,
-            self.decoding.no_repeat_ngram)
+            self.decoding.no_repeat_ngram, self.decoding.length_penalty_form)
 
     def translate_texts_aligned(self, sentences: Sequence[str]) -> list[tuple[str, float, str]]:
         """(translation, score, alignment) of each sentence, in order, as the export's
@@ -40,7 +40,7 @@ class KerasTranslator:
         return keras_search.translate_texts_aligned(
             self.model, self.tokenizer, sentences, self.decoding.max_output_extra,
             self.decoding.beam_size, self.decoding.length_penalty,
-            self.decoding.no_repeat_ngram)
+            self.decoding.no_repeat_ngram, self.decoding.length_penalty_form)
 
 
 def translator_for(model, tokenizer, **decoding):

@@ -9,8 +9,9 @@
   so each hypothesis ends with EOS.
 - Beam search (as fairseq): the 2k best continuations are ranked by log-probability; the k best
   of them that do not end in EOS stay alive; those among the top k that end in EOS are finished
-  with score log P(Y) / lp(Y), lp(Y) = ((5 + |Y|) / 6) ** alpha (§6.1, from Wu et al. 2016), and
-  the k best finished hypotheses are kept.
+  with score log P(Y) / lp(Y), lp(Y) = ((5 + |Y|) / 6) ** alpha (§6.1, from Wu et al. 2016; or
+  |Y| ** alpha, Hugging Face's form, with `length_penalty_form` "power"), and the k best
+  finished hypotheses are kept.
 - A sentence is done when it has k finished hypotheses and no alive one can beat the worst of
   them (log-probabilities only fall, so an alive score is at most logP / lp(max length)), or at
   its maximum length; a search ends once every sentence is done.
@@ -39,9 +40,13 @@ from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 NEG_INF = -1e9  # finite, so that -inf - -inf never makes a NaN score
 
 
-def length_penalty(length, alpha: float):
-    """lp(Y) = ((5 + |Y|) / 6) ** alpha, float32 (§6.1)."""
-    return ops.power((5.0 + ops.cast(length, "float32")) / 6.0, alpha)
+def length_penalty(length, alpha: float, form: str = "gnmt"):
+    """lp(Y), float32: ((5 + |Y|) / 6) ** alpha (form "gnmt", §6.1), or |Y| ** alpha ("power",
+    Hugging Face's generate and fairseq's), |Y| = `length`."""
+    length = ops.cast(length, "float32")
+    if form == "power":
+        return ops.power(length, alpha)
+    return ops.power((5.0 + length) / 6.0, alpha)
 
 
 def max_output_lengths(transformer_config, source_ids, max_output_extra: int,
@@ -176,18 +181,20 @@ class BeamRules:
         max_lengths: int [batch], the sentences' maximum |Y|.
         prefix_lengths: int [batch], the forced prefixes' lengths; None without prefixes.
         layout: `GrowingSequences` or `FixedSequences`.
+        form: the length penalty's form, "gnmt" or "power" (`length_penalty`).
     """
 
     def __init__(self, k: int, alpha: float, max_lengths, prefix_lengths=None,
-                 layout=GrowingSequences):
+                 layout=GrowingSequences, form: str = "gnmt"):
         self.k = k
         self.alpha = alpha
+        self.form = form
         self.max_lengths = max_lengths
         self.prefix_lengths = prefix_lengths
         self.layout = layout
         # |Y| of the length penalty counts what the search generated, not a forced prefix.
         generated = max_lengths if prefix_lengths is None else max_lengths - prefix_lengths
-        self.best_possible_lp = length_penalty(generated, alpha)  # [batch]
+        self.best_possible_lp = length_penalty(generated, alpha, form)  # [batch]
 
     def initial_log_probs(self, batch):
         """float32 [batch, k]: only beam 0 is live at the start, so the first step does not
@@ -244,8 +251,8 @@ class BeamRules:
         eligible = ops.logical_and(eligible, ops.expand_dims(ops.logical_not(done), 1))
         generated = t + 1 if self.prefix_lengths is None else ops.expand_dims(
             t + 1 - self.prefix_lengths, 1)
-        new_scores = ops.where(eligible, top_log_probs / length_penalty(generated, self.alpha),
-                               neg_inf)
+        new_scores = ops.where(
+            eligible, top_log_probs / length_penalty(generated, self.alpha, self.form), neg_inf)
         finished_scores, best = ops.top_k(
             ops.concatenate([finished_scores, new_scores], axis=1), k=k)
         finished = kernels.take_rows(

@@ -232,7 +232,8 @@ def _sample_search(model, source_ids, temperature, top_k, top_p, seeds, prefix_i
 def beam_search(model, source_ids: tf.Tensor, beam_size: int = 4, alpha: float = 0.6,
                 max_output_extra: int = 50, n_best: int = 1,
                 use_cache: bool = True, *, no_repeat_ngram: int = 0,
-                prefix_ids: tf.Tensor | None = None) -> SearchResult:
+                prefix_ids: tf.Tensor | None = None,
+                length_penalty_form: str = "gnmt") -> SearchResult:
     """Beam search with the GNMT length penalty (§6.1: k = 4, alpha = 0.6).
 
     Args:
@@ -245,6 +246,7 @@ def beam_search(model, source_ids: tf.Tensor, beam_size: int = 4, alpha: float =
         use_cache: use the incremental key/value cache (else recompute the whole prefix).
         no_repeat_ngram: n > 0 forbids repeating an n-gram (module docstring).
         prefix_ids: int [batch, P], PAD-padded: a forced target prefix per sentence.
+        length_penalty_form: "gnmt" (§6.1) or "power" (|Y| ** alpha; `rules.length_penalty`).
 
     Returns:
         SearchResult with the n_best finished hypotheses per sentence, best first.
@@ -256,11 +258,11 @@ def beam_search(model, source_ids: tf.Tensor, beam_size: int = 4, alpha: float =
         raise ValueError(f"beam_size {k} needs a vocabulary of at least {2 * k} ids")
     return _as_graph(_beam_search, model, (source_ids, prefix_ids), dict(
         beam_size=beam_size, alpha=alpha, max_output_extra=max_output_extra, n_best=n_best,
-        use_cache=use_cache, no_repeat_ngram=no_repeat_ngram))
+        use_cache=use_cache, no_repeat_ngram=no_repeat_ngram, form=length_penalty_form))
 
 
 def _beam_search(model, source_ids, prefix_ids, *, beam_size, alpha, max_output_extra, n_best,
-                 use_cache, no_repeat_ngram) -> SearchResult:
+                 use_cache, no_repeat_ngram, form) -> SearchResult:
     k = beam_size
     source_ids = tf.cast(source_ids, tf.int32)
     batch = tf.shape(source_ids)[0]
@@ -268,7 +270,7 @@ def _beam_search(model, source_ids, prefix_ids, *, beam_size, alpha, max_output_
     max_lengths = max_output_lengths(model.transformer_config, source_ids, max_output_extra,
                                      None if prefix is None else prefix.lengths)
     beam = BeamRules(k, alpha, max_lengths, None if prefix is None else prefix.lengths,
-                     GrowingSequences)
+                     GrowingSequences, form)
     decoder = _Decoder(model, source_ids, k, use_cache)
     rules = TokenRules(model.transformer_config.vocab_size, no_repeat_ngram)
     batch_offsets = (tf.range(batch) * k)[:, tf.newaxis]

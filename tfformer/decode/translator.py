@@ -52,6 +52,8 @@ class Translator(tf.Module):
         max_output_extra: maximum output length = input tokens + this (default 50).
         no_repeat_ngram: n > 0 forbids repeating an n-gram of pieces, in every search (default
             0: off).
+        length_penalty_form: "gnmt" (§6.1, the default) or "power" (|Y| ** alpha, Hugging
+            Face's generate).
 
     Call `translate(tf.constant([...]))` (a tf.function) for tensors, or `translate_texts` for
     Python strings. The other signatures of `tfformer.contract`, each input one value per
@@ -64,7 +66,8 @@ class Translator(tf.Module):
 
     def __init__(self, model: Transformer, tokenizer: Tokenizer, *, beam_size: int | None = None,
                  length_penalty: float | None = None, max_output_extra: int | None = None,
-                 no_repeat_ngram: int | None = None, name: str = "translator"):
+                 no_repeat_ngram: int | None = None, length_penalty_form: str | None = None,
+                 name: str = "translator"):
         super().__init__(name=name)
         config = model.transformer_config
         if tokenizer.vocab_size > config.vocab_size:
@@ -77,7 +80,8 @@ class Translator(tf.Module):
         self.model = model
         self.tokenizer = tokenizer
         given = {"beam_size": beam_size, "length_penalty": length_penalty,
-                 "max_output_extra": max_output_extra, "no_repeat_ngram": no_repeat_ngram}
+                 "max_output_extra": max_output_extra, "no_repeat_ngram": no_repeat_ngram,
+                 "length_penalty_form": length_penalty_form}
         self.decoding = DecodingConfig(**{k: v for k, v in given.items() if v is not None})
         self.beam_size = self.decoding.beam_size
         self.length_penalty = self.decoding.length_penalty
@@ -113,10 +117,12 @@ class Translator(tf.Module):
         `n_best` (<= beam_size) hypotheses per sentence, after a forced `prefix_ids`."""
         if self.beam_size == 1:
             return greedy_search(self.model, source_ids, self.max_output_extra,
-                                 no_repeat_ngram=self.no_repeat_ngram, prefix_ids=prefix_ids)
+                                 no_repeat_ngram=self.no_repeat_ngram, prefix_ids=prefix_ids,
+                           length_penalty_form=self.decoding.length_penalty_form)
         return beam_search(self.model, source_ids, self.beam_size, self.length_penalty,
                            self.max_output_extra, n_best=n_best,
-                           no_repeat_ngram=self.no_repeat_ngram, prefix_ids=prefix_ids)
+                           no_repeat_ngram=self.no_repeat_ngram, prefix_ids=prefix_ids,
+                           length_penalty_form=self.decoding.length_penalty_form)
 
     def _source_ids(self, inputs):
         return self.tokenizer.encode_source(inputs).to_tensor(default_value=PAD_ID)
