@@ -295,7 +295,9 @@ def test_ctranslate2_export_reproduces_our_model_and_generates_as_transformers(i
                                                                             tmp_path):
     """tfformer-export --format ctranslate2 of the imported run reproduces our log-probabilities
     (its own check), and CTranslate2's greedy search on it gives generate(num_beams=1)'s tokens
-    wherever generate ended before its length limit."""
+    wherever generate ended before its length limit. With one shared vocabulary, its greedy and
+    beam 4 translations are those of CTranslate2's own TransformersConverter of the same Marian
+    directory, which registers one vocabulary for both sides and so refuses separate ones."""
     import ctranslate2
 
     from tfformer.export.ctranslate2 import TRANSLATE_OPTIONS, Vocabulary, export_ctranslate2
@@ -323,6 +325,25 @@ def test_ctranslate2_export_reproduces_our_model_and_generates_as_transformers(i
             assert ids + [EOS_MARIAN] == marian_ids
             compared += 1
     assert compared >= 24
+    converter = ctranslate2.converters.TransformersConverter(imported.directory)
+    theirs_dir = str(tmp_path / "theirs")
+    if separate:
+        with pytest.raises(ValueError, match="vocabulary"):
+            converter.convert(theirs_dir)
+        return
+    converter.convert(theirs_dir)
+    theirs = ctranslate2.Translator(theirs_dir, device="cpu")
+    # Their model takes MarianTokenizer's tokens with its </s>; ours appends our EOS itself.
+    their_sources = [imported.hf_tokenizer.convert_ids_to_tokens(
+        imported.hf_tokenizer(s)["input_ids"]) for s in sentences]
+    our_sources = [vocabulary.source_tokens(s) for s in sentences]
+    for beam_size in (1, 4):
+        options = dict(beam_size=beam_size, max_decoding_length=60, min_decoding_length=0)
+        mine = translator.translate_batch(our_sources, **options,
+                                          suppress_sequences=TRANSLATE_OPTIONS[
+                                              "suppress_sequences"])
+        reference = theirs.translate_batch(their_sources, **options)
+        assert [r.hypotheses[0] for r in mine] == [r.hypotheses[0] for r in reference]
 
 
 # -- beam search against generate ----------------------------------------------------------
