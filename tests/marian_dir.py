@@ -164,3 +164,11 @@ def sample_sentences(n: int = 200, seed: int = 1, codes=()) -> list[str]:
         sentences[-1] = ">>xxx<< unknown code"
         sentences[-2] = ">>fra<<sin espacio"
     return sentences
+
+
+if __name__ == "__main__":
+    # A small OPUS-MT-like directory for the docs' commands (tests/test_docs.py):
+    # python tests/marian_dir.py DIR
+    import sys
+
+    make_marian_dir(sys.argv[1], multilingual=True, vocab=400, train_steps=100)

@@ -114,3 +114,30 @@ def test_alignments_benchmark_finds_reordered_phrases_and_the_words_of_pieces():
         ("Los perros rojos comen.", 1, 2, "red", "dogs")]
     found = benchmark.phrases(builtin_pairs("test", 300), *benchmark.gold_words())
     assert len(found) >= 30, len(found)
+
+
+@pytest.mark.slow
+def test_opus_mt_benchmark_times_each_engine_on_the_same_imported_weights(tmp_path):
+    out = tmp_path / "opus_mt.json"
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "opus_mt.py"), "--d-model", "32",
+         "--layers", "1", "--heads", "2", "--d-ff", "64", "--vocab-size", "1000", "--reps", "1",
+         "--rounds", "1", "--batches", "1,2", "--output-tokens", "40", "--out", str(out)],
+        capture_output=True, text=True, timeout=900,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["model"]["vocab_size"] == 1000 and report["cpu_flags"] is not None
+    assert report["import"]["seconds"] > 0 and report["import"]["peak_memory_mib"] > 100
+    assert [(row["search"], row["batch"]) for row in report["rows"]] == [
+        ("greedy", 1), ("greedy", 2), ("beam4", 1), ("beam4", 2)]
+    for row in report["rows"]:
+        ms = row["median_ms"]
+        assert row["savedmodel_over_transformers"] == pytest.approx(
+            ms["savedmodel"] / ms["transformers"], abs=1e-3)
+        assert row["savedmodel_over_ctranslate2_fp32"] == pytest.approx(
+            ms["savedmodel"] / ms["ctranslate2"], abs=1e-3)
+        outputs = row["first_output"]
+        assert all(outputs.values())  # EOS is impossible: every engine writes to the limit
+        if row["search"] == "greedy":  # the same weights, the same tokens
+            assert outputs["savedmodel"] == outputs["transformers"]

@@ -75,6 +75,7 @@ CHAINS = {
     # step); docs/deployment.md exports that run.
     "readme": ("README.md", "serving/README.md", "docs/training.md", "docs/deployment.md"),
     "recipes": ("training/README.md",),
+    "pretrained": ("docs/pretrained.md",),
 }
 FAKE_TFDS = Path(__file__).resolve().parent / "fake_tfds"
 FAKE_TFDS_SIZES = {"train": 48, "validation": 6}  # tests/fake_tfds/tensorflow_datasets
@@ -456,6 +457,8 @@ class DocRun:
         self.work.mkdir()
         (self.work / ".venv").symlink_to(sys.prefix, target_is_directory=True)
         (self.work / "training").symlink_to(ROOT / "training", target_is_directory=True)
+        # tests/marian_dir.py makes the small Marian directory docs/pretrained.md imports.
+        (self.work / "tests").symlink_to(ROOT / "tests", target_is_directory=True)
         write_pairs(self.work / "train.tsv", builtin_pairs("train", TRAIN_PAIRS))
         write_pairs(self.work / "dev.tsv", builtin_pairs("dev", DEV_PAIRS))
         test = builtin_pairs("test", TEST_PAIRS)

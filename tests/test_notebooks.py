@@ -13,7 +13,7 @@ nbclient = pytest.importorskip("nbclient")
 
 NOTEBOOKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                          "notebooks")
-NAMES = ["quickstart.ipynb", "paper_and_code.ipynb"]
+NAMES = ["quickstart.ipynb", "paper_and_code.ipynb", "opus_mt.ipynb"]
 IMAGE_TAG = "expect-image"  # cells that must display a figure
 
 
@@ -81,6 +81,22 @@ def test_notebook_runs_top_to_bottom_and_draws_its_figures(name, tmp_path, monke
                       if line.strip() and not line.startswith("exported")]
             assert len(scores) == 2 and all(float(s) < 0 for s in scores), printed
         assert "policy: mixed_bfloat16 | logits: float32" in output
+    elif name == "opus_mt.ipynb":
+        assert len(tagged) == 1  # the imported model's cross-attention
+        run_dir = tmp_path / "runs" / "opus-es-en"
+        for produced in ("model.keras", "vocabulary.json", "pretrained.json"):
+            assert (run_dir / produced).exists(), produced
+        assert "swish" in output and "layers" in output
+        [cell] = [c for c in notebook.cells if "saved_model.signatures" in c.source]
+        printed = "".join(o.get("text", "") for o in cell.outputs if o.get("name") == "stdout")
+        scores = [line.split()[0] for line in printed.splitlines() if line.strip()]
+        assert len(scores) == 2 and all(float(s) < 0 for s in scores), printed
+        # The export translates as the in-memory Translator, the same text per example.
+        [translated] = [c for c in notebook.cells if "translate_texts(EXAMPLES)" in c.source]
+        texts = [line.split("  -> ")[1].rsplit("  (", 1)[0] for line in text_of(
+            translated).splitlines() if "  -> " in line]
+        assert [line.split(None, 1)[1] if len(line.split(None, 1)) > 1 else ""
+                for line in printed.splitlines() if line.strip()] == texts
     else:
         assert len(tagged) == 2  # positional encodings, the schedule
         assert "(paper 65M)" in output and "(paper 213M)" in output

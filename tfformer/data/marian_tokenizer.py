@@ -88,9 +88,16 @@ class MarianTokenizer(tf.Module):
         return self.pieces.source_vocab_size
 
     def id_to_piece(self, token_id: int) -> str:
+        """The target piece of `token_id`."""
         if not 0 <= token_id < self.vocab_size:
             raise ValueError(f"token id {token_id} is outside [0, {self.vocab_size})")
         return self.pieces.id_to_piece(token_id)
+
+    def source_id_to_piece(self, token_id: int) -> str:
+        """The source piece of `token_id`."""
+        if not 0 <= token_id < self.source_vocab_size:
+            raise ValueError(f"token id {token_id} is outside [0, {self.source_vocab_size})")
+        return self.pieces.source_pieces[token_id]
 
     # -- graph ops ---------------------------------------------------------------------------
 

@@ -52,9 +52,12 @@ class AttentionMaps:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
 
 
-def _pieces(tokenizer, ids) -> list[str]:
+def _pieces(tokenizer, ids, side: str = "target") -> list[str]:
     names = {BOS_ID: "<s>", EOS_ID: "</s>"}
-    return [names.get(int(i)) or tokenizer.id_to_piece(int(i)) for i in ids]
+    # An imported model's source may have a vocabulary of its own.
+    piece = getattr(tokenizer, "source_id_to_piece", tokenizer.id_to_piece) \
+        if side == "source" else tokenizer.id_to_piece
+    return [names.get(int(i)) or piece(int(i)) for i in ids]
 
 
 def attention_maps(translator, source: str, target: str | None = None) -> AttentionMaps:
@@ -85,7 +88,7 @@ def attention_maps(translator, source: str, target: str | None = None) -> Attent
     weights = model.attention_weights(source_ids, tf.constant([target_in], tf.int32))
     return AttentionMaps(
         source=source, translation=translation,
-        source_pieces=_pieces(tokenizer, source_ids[0].numpy()),
+        source_pieces=_pieces(tokenizer, source_ids[0].numpy(), "source"),
         target_in_pieces=_pieces(tokenizer, target_in),
         target_out_pieces=_pieces(tokenizer, target_out),
         weights={kind: np.stack([w[0].numpy().astype(np.float32) for w in layers])

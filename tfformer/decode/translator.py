@@ -117,8 +117,7 @@ class Translator(tf.Module):
         `n_best` (<= beam_size) hypotheses per sentence, after a forced `prefix_ids`."""
         if self.beam_size == 1:
             return greedy_search(self.model, source_ids, self.max_output_extra,
-                                 no_repeat_ngram=self.no_repeat_ngram, prefix_ids=prefix_ids,
-                           length_penalty_form=self.decoding.length_penalty_form)
+                                 no_repeat_ngram=self.no_repeat_ngram, prefix_ids=prefix_ids)
         return beam_search(self.model, source_ids, self.beam_size, self.length_penalty,
                            self.max_output_extra, n_best=n_best,
                            no_repeat_ngram=self.no_repeat_ngram, prefix_ids=prefix_ids,
