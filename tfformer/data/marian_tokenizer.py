@@ -16,7 +16,7 @@ import tensorflow_text as tf_text
 from tensorflow_text.python.ops import sentencepiece_tokenizer as tf_text_sentencepiece
 
 from tfformer.data.marian_pieces import MarianPieces
-from tfformer.data.tokenizer import _append_column
+from tfformer.data.tokenizer import _append_column, dense_ids
 from tfformer.special_tokens import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, UNK_ID
 from tfformer.utils.run_dir import RunDir
 
@@ -147,16 +147,7 @@ class MarianTokenizer(tf.Module):
         Returns:
             tf.string tensor [batch] (a scalar for a rank-1 input).
         """
-        if isinstance(ids, tf.RaggedTensor):
-            dense = tf.cast(ids, tf.int32).to_tensor(default_value=PAD_ID)
-            single = False
-        else:
-            dense = tf.cast(tf.convert_to_tensor(ids), tf.int32)
-            single = dense.shape.rank == 1
-            if single:
-                dense = dense[tf.newaxis, :]
-            elif dense.shape.rank != 2:
-                raise ValueError(f"detokenize expects ids of rank 1 or 2, got shape {dense.shape}")
+        dense, single = dense_ids(ids)
         before_eos = tf.equal(tf.cumsum(tf.cast(tf.equal(dense, EOS_ID), tf.int32), axis=1), 0)
         keep = before_eos & (dense != PAD_ID) & (dense != BOS_ID) & (dense != UNK_ID)
         surfaces = tf.ragged.map_flat_values(self.surface_table.lookup,

@@ -43,6 +43,23 @@ def _append_column(pieces: tf.RaggedTensor, token_id: int,
     return tf.concat([column, pieces] if first else [pieces, column], axis=1)
 
 
+def dense_ids(ids) -> tuple[tf.Tensor, bool]:
+    """What `detokenize` takes, as int32 [batch, len] (PAD after a ragged row's end), and whether
+    it was one sequence (a dense rank-1 tensor)."""
+    if isinstance(ids, tf.RaggedTensor):
+        if ids.ragged_rank != 1:
+            raise ValueError(f"detokenize expects [batch, (len)] ids, got ragged rank "
+                             f"{ids.ragged_rank}")
+        # PAD is dropped by detokenize, so padding the ragged rows with it changes nothing.
+        return tf.cast(ids, tf.int32).to_tensor(default_value=PAD_ID), False
+    dense = tf.cast(tf.convert_to_tensor(ids), tf.int32)
+    if dense.shape.rank == 1:
+        return dense[tf.newaxis, :], True
+    if dense.shape.rank != 2:
+        raise ValueError(f"detokenize expects ids of rank 1 or 2, got shape {dense.shape}")
+    return dense, False
+
+
 class Tokenizer(tf.Module):
     """A SentencePiece tokenizer usable in graph mode and savable in a SavedModel.
 
@@ -208,20 +225,7 @@ class Tokenizer(tf.Module):
         Returns:
             tf.string tensor [batch] (a scalar for a rank-1 input).
         """
-        if isinstance(ids, tf.RaggedTensor):
-            if ids.ragged_rank != 1:
-                raise ValueError(f"detokenize expects [batch, (len)] ids, got ragged rank "
-                                 f"{ids.ragged_rank}")
-            # PAD is dropped below, so padding the ragged rows with it changes nothing.
-            dense = tf.cast(ids, tf.int32).to_tensor(default_value=PAD_ID)
-            single = False
-        else:
-            dense = tf.cast(tf.convert_to_tensor(ids), tf.int32)
-            single = dense.shape.rank == 1
-            if single:
-                dense = dense[tf.newaxis, :]
-            elif dense.shape.rank != 2:
-                raise ValueError(f"detokenize expects ids of rank 1 or 2, got shape {dense.shape}")
+        dense, single = dense_ids(ids)
         # A position is kept if no EOS occurred at or before it and it is not PAD or BOS.
         before_eos = tf.equal(tf.cumsum(tf.cast(tf.equal(dense, EOS_ID), tf.int32), axis=1), 0)
         keep = before_eos & tf.not_equal(dense, PAD_ID) & tf.not_equal(dense, BOS_ID)
