@@ -28,7 +28,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import sentencepiece as spm
 
-from tfformer.special_tokens import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, UNK_ID
+from tfformer.data.pieces import padded_rows, text_ids
+from tfformer.special_tokens import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, UNK_ID, UNK_PIECE
 from tfformer.utils.files import atomic_write_text
 from tfformer.utils.run_dir import RunDir
 
@@ -162,6 +163,12 @@ class MarianPieces:
         return ([code] if code is not None else []) + \
             self.source_processor.encode(rest, out_type=str)
 
+    def source_tokens(self, text: str) -> list[str]:
+        """The pieces of one source text as CTranslate2 takes them: those the vocabulary lacks
+        as <unk>."""
+        return [piece if piece in self.source_ids else UNK_PIECE
+                for piece in self.source_pieces_of(text)]
+
     def encode_source_ids(self, texts: Sequence[str]) -> list[list[int]]:
         """The source ids of each text, without EOS."""
         return [[self.source_ids.get(piece, UNK_ID) for piece in self.source_pieces_of(text)]
@@ -174,11 +181,7 @@ class MarianPieces:
 
     def encode_source(self, texts: Sequence[str]) -> np.ndarray:
         """Encoder inputs: ids + [EOS] of each text, int32 [texts, longest], PAD after."""
-        rows = [ids + [EOS_ID] for ids in self.encode_source_ids(texts)]
-        out = np.full([len(rows), max(map(len, rows), default=0)], PAD_ID, np.int32)
-        for i, ids in enumerate(rows):
-            out[i, :len(ids)] = ids
-        return out
+        return padded_rows([ids + [EOS_ID] for ids in self.encode_source_ids(texts)])
 
     # -- ids to text -------------------------------------------------------------------------
 
@@ -211,13 +214,6 @@ class MarianPieces:
         """The text of each row of target ids: up to its first EOS, with PAD, BOS and UNK left
         out (a padded search result can be passed as it is)."""
         processor = self.decode_processor
-        texts = []
-        for row in rows:
-            pieces = []
-            for token in np.asarray(row).tolist():
-                if token == EOS_ID:
-                    break
-                if token not in (PAD_ID, BOS_ID, UNK_ID):
-                    pieces.append(self.target_pieces[token])
-            texts.append(processor.decode_pieces(pieces).replace("\u2581", " ").strip())
-        return texts
+        return [processor.decode_pieces([self.target_pieces[i] for i in text_ids(
+                    row, (PAD_ID, BOS_ID, UNK_ID))]).replace("\u2581", " ").strip()
+                for row in rows]

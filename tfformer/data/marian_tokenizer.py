@@ -16,7 +16,7 @@ import tensorflow_text as tf_text
 from tensorflow_text.python.ops import sentencepiece_tokenizer as tf_text_sentencepiece
 
 from tfformer.data.marian_pieces import MarianPieces
-from tfformer.data.tokenizer import _append_column, dense_ids
+from tfformer.data.tokenizer import _append_column, text_ids
 from tfformer.special_tokens import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, UNK_ID
 from tfformer.utils.run_dir import RunDir
 
@@ -147,11 +147,8 @@ class MarianTokenizer(tf.Module):
         Returns:
             tf.string tensor [batch] (a scalar for a rank-1 input).
         """
-        dense, single = dense_ids(ids)
-        before_eos = tf.equal(tf.cumsum(tf.cast(tf.equal(dense, EOS_ID), tf.int32), axis=1), 0)
-        keep = before_eos & (dense != PAD_ID) & (dense != BOS_ID) & (dense != UNK_ID)
-        surfaces = tf.ragged.map_flat_values(self.surface_table.lookup,
-                                             tf.ragged.boolean_mask(dense, keep))
+        kept, single = text_ids(ids, (PAD_ID, BOS_ID, UNK_ID))
+        surfaces = tf.ragged.map_flat_values(self.surface_table.lookup, kept)
         joined = tf.strings.reduce_join(surfaces, axis=-1)
         text = tf.strings.strip(tf.strings.regex_replace(joined, "\u2581", " "))
         return text[0] if single else text

@@ -105,6 +105,25 @@ def train_model(sentences: Iterable[str], vocab_size: int, *, model_type: str = 
     return model.getvalue()
 
 
+def padded_rows(rows: Sequence[Sequence[int]]) -> np.ndarray:
+    """Rows of ids as int32 [rows, longest], PAD after each row's end (encoder inputs)."""
+    out = np.full([len(rows), max(map(len, rows), default=0)], PAD_ID, np.int32)
+    for i, ids in enumerate(rows):
+        out[i, :len(ids)] = ids
+    return out
+
+
+def text_ids(row: Sequence[int], dropped: Iterable[int] = (PAD_ID, BOS_ID)) -> list[int]:
+    """The ids of a row that are text: up to its first EOS, without the `dropped` ids."""
+    ids = []
+    for token in np.asarray(row).tolist():
+        if token == EOS_ID:
+            break
+        if token not in dropped:
+            ids.append(token)
+    return ids
+
+
 class SentencePieces:
     """A SentencePiece model whose reserved ids are `tfformer.special_tokens`'.
 
@@ -143,27 +162,29 @@ class SentencePieces:
         """The piece ids of each text, without BOS or EOS."""
         return self.processor.encode(list(texts), out_type=int)
 
+    def encode_source_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """The source ids of each text, without EOS: its pieces' (one shared vocabulary)."""
+        return self.encode(texts)
+
+    def source_tokens(self, text: str) -> list[str]:
+        """The pieces of one source text, as CTranslate2 takes them."""
+        return self.processor.encode(text, out_type=str)
+
+    @property
+    def source_pieces(self) -> list[str]:
+        """The piece of each id (the source's and the target's)."""
+        return [self.processor.id_to_piece(i) for i in range(self.processor.get_piece_size())]
+
+    target_pieces = source_pieces
+
     def encode_source(self, texts: Sequence[str]) -> np.ndarray:
         """Encoder inputs: pieces + [EOS] of each text, int32 [texts, longest], PAD after."""
-        rows = [ids + [EOS_ID] for ids in self.encode(texts)]
-        out = np.full([len(rows), max(map(len, rows), default=0)], PAD_ID, np.int32)
-        for i, ids in enumerate(rows):
-            out[i, :len(ids)] = ids
-        return out
+        return padded_rows([ids + [EOS_ID] for ids in self.encode(texts)])
 
     def decode(self, rows: Iterable[Sequence[int]]) -> list[str]:
         """The text of each row of ids: up to its first EOS, PAD and BOS left out (a padded
         search result can be passed as it is)."""
-        texts = []
-        for row in rows:
-            ids = []
-            for token in np.asarray(row).tolist():
-                if token == EOS_ID:
-                    break
-                if token not in (PAD_ID, BOS_ID):
-                    ids.append(token)
-            texts.append(self.processor.decode(ids))
-        return texts
+        return [self.processor.decode(text_ids(row)) for row in rows]
 
 
 def load_pieces(run_dir):

@@ -43,9 +43,20 @@ def _append_column(pieces: tf.RaggedTensor, token_id: int,
     return tf.concat([column, pieces] if first else [pieces, column], axis=1)
 
 
-def dense_ids(ids) -> tuple[tf.Tensor, bool]:
-    """What `detokenize` takes, as int32 [batch, len] (PAD after a ragged row's end), and whether
-    it was one sequence (a dense rank-1 tensor)."""
+def text_ids(ids, dropped=(PAD_ID, BOS_ID)) -> tuple[tf.RaggedTensor, bool]:
+    """The ids of each row that are text, as `detokenize` takes them: up to the row's first
+    EOS, without the `dropped` ids; and whether `ids` was one sequence (a dense rank-1 tensor).
+    """
+    dense, single = _dense_ids(ids)
+    keep = tf.equal(tf.cumsum(tf.cast(tf.equal(dense, EOS_ID), tf.int32), axis=1), 0)
+    for token in dropped:
+        keep &= tf.not_equal(dense, token)
+    return tf.ragged.boolean_mask(dense, keep), single
+
+
+def _dense_ids(ids) -> tuple[tf.Tensor, bool]:
+    """`ids` as int32 [batch, len] (PAD after a ragged row's end), and whether it was one
+    sequence (a dense rank-1 tensor)."""
     if isinstance(ids, tf.RaggedTensor):
         if ids.ragged_rank != 1:
             raise ValueError(f"detokenize expects [batch, (len)] ids, got ragged rank "
@@ -225,11 +236,8 @@ class Tokenizer(tf.Module):
         Returns:
             tf.string tensor [batch] (a scalar for a rank-1 input).
         """
-        dense, single = dense_ids(ids)
-        # A position is kept if no EOS occurred at or before it and it is not PAD or BOS.
-        before_eos = tf.equal(tf.cumsum(tf.cast(tf.equal(dense, EOS_ID), tf.int32), axis=1), 0)
-        keep = before_eos & tf.not_equal(dense, PAD_ID) & tf.not_equal(dense, BOS_ID)
-        text = self.sentencepiece.detokenize(tf.ragged.boolean_mask(dense, keep))
+        kept, single = text_ids(ids)
+        text = self.sentencepiece.detokenize(kept)
         return text[0] if single else text
 
 

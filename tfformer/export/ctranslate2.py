@@ -209,12 +209,7 @@ class Vocabulary:
         run = RunDir(run_dir)
         self.files = run.tokenizer_files
         self.pieces = load_pieces(run)
-        if hasattr(self.pieces, "target_pieces"):  # an imported model's own vocabulary
-            source, target = self.pieces.source_pieces, self.pieces.target_pieces
-        else:
-            processor = self.pieces.processor
-            source = target = [processor.id_to_piece(i)
-                               for i in range(processor.get_piece_size())]
+        source, target = self.pieces.source_pieces, self.pieces.target_pieces
         for tokens, limit in ((target, size), (source, source_size or size)):
             if tokens[:4] != [PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE]:
                 raise ValueError(f"{self.files[0]} has reserved pieces {tokens[:4]}, expected "
@@ -231,15 +226,10 @@ class Vocabulary:
         return list(tokens) + [f"<tfformer_unused_{i}>" for i in range(len(tokens), size)]
 
     def source_tokens(self, text: str) -> list[str]:
-        if hasattr(self.pieces, "source_pieces_of"):
-            ids = set(self.pieces.source_ids)
-            return [p if p in ids else UNK_PIECE for p in self.pieces.source_pieces_of(text)]
-        return self.pieces.processor.encode(text, out_type=str)
+        return self.pieces.source_tokens(text)
 
     def source_ids(self, text: str) -> list[int]:
-        if hasattr(self.pieces, "encode_source_ids"):
-            return self.pieces.encode_source_ids([text])[0]
-        return self.pieces.encode([text])[0]
+        return self.pieces.encode_source_ids([text])[0]
 
     def target_ids(self, text: str) -> list[int]:
         return self.pieces.encode([text])[0]
