@@ -33,14 +33,29 @@ SEARCHES = {"greedy": 1, "beam4": 4}
 
 # Runs with the revision's checkout first on sys.path: exports the run directory's model with
 # that revision's search, without the check sentences (the parent compares the outputs).
+# Its model.keras is rebuilt from the weights and the config fields that revision knows: an
+# older tfformer refuses a config with fields added since, whatever their values. The model is
+# a preset's, so those fields hold their defaults; `same_translations` checks the outcome.
 _EXPORT_SCRIPT = """
-import json, sys
-root, run_dir, base, extra, searches = sys.argv[1:6]
+import dataclasses, json, os, shutil, sys
+root, shared_run, base, extra, searches = sys.argv[1:6]
 sys.path.insert(0, root)
 import tfformer
 assert tfformer.__file__.startswith(root), tfformer.__file__
+from tfformer.config import TransformerConfig
 from tfformer.decode.translator import load_translator
 from tfformer.export.saved_model import export_saved_model
+from tfformer.model.transformer import Transformer
+run_dir = base + "-run"
+os.makedirs(run_dir)
+shutil.copy(os.path.join(shared_run, "tokenizer.model"), run_dir)
+with open(os.path.join(shared_run, "config.json")) as f:
+    values = json.load(f)
+known = {field.name for field in dataclasses.fields(TransformerConfig)}
+model = Transformer(TransformerConfig(**{k: v for k, v in values.items() if k in known}))
+model.build()
+model.load_weights(os.path.join(shared_run, "model.weights.h5"))
+model.save(os.path.join(run_dir, "model.keras"))
 for name, beam_size in json.loads(searches).items():
     export_saved_model(load_translator(run_dir, beam_size=beam_size, length_penalty=0.6,
                                        max_output_extra=int(extra)), base, name, 1)
@@ -101,6 +116,9 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as work:
         run_dir = decode.save_run(model, tokenizer, work)
+        model.save_weights(os.path.join(run_dir, "model.weights.h5"))
+        with open(os.path.join(run_dir, "config.json"), "w", encoding="utf-8") as f:
+            f.write(model.transformer_config.to_json())
         signatures = {}
         for key, revision in revisions.items():
             base = os.path.join(work, f"models-{key}")
