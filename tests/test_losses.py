@@ -98,3 +98,23 @@ def test_two_replica_mirrored_step_equals_single_device_step():
     assert report["mirrored_loss"] == pytest.approx(report["numpy_loss"], rel=1e-5)
     assert report["max_update"] > 1e-2  # an update happened: the comparison is not vacuous
     assert report["max_update_diff"] < 1e-6
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_loss_and_perplexity_without_bos_equal_numpy_on_the_other_ids(eps):
+    """bos_in_softmax=False (an imported Marian model): the softmax and label smoothing's
+    uniform target are over the V - 1 ids but BOS, as if its column were not there."""
+    from tfformer.special_tokens import BOS_ID
+
+    labels, logits = make_batch()
+    labels[labels == BOS_ID] = BOS_ID + 1  # BOS is never a target
+    without = np.delete(logits, BOS_ID, axis=-1)
+    shifted = np.where(labels > BOS_ID, labels - 1, labels)
+    expected, log_probs, mask = numpy_smoothed_loss(shifted, without, eps)
+    got = MaskedLabelSmoothedCrossEntropy(eps, bos_in_softmax=False)(labels, logits)
+    np.testing.assert_allclose(float(got), expected, rtol=1e-5)
+    assert abs(float(MaskedLabelSmoothedCrossEntropy(eps)(labels, logits)) - expected) > 1e-3
+    perplexity = Perplexity(bos_in_softmax=False)
+    perplexity.update_state(labels, logits)
+    nll = -np.take_along_axis(log_probs, shifted[..., None], -1)[..., 0]
+    np.testing.assert_allclose(float(perplexity.result()), np.exp(nll[mask].mean()), rtol=1e-5)

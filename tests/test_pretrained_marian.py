@@ -413,3 +413,68 @@ def test_beam_search_with_the_power_length_penalty_equals_generate(imported):
     default = hf_generate(imported, sentences, num_beams=4, length_penalty=alpha)
     differ = sum(o != d for o, d, e in zip(ours, default, ended) if e)
     assert differ <= sum(ended) // 4, differ
+
+
+# -- fine-tuning: one step's loss and gradients ---------------------------------------------
+
+def test_one_training_step_has_marian_mt_models_loss_and_gradients(imported):
+    """Label smoothing 0, float32, a padded batch of 4 pairs: our loss (the run's compiled one,
+    BOS out of the softmax) equals MarianMTModel(labels=...).loss within 1e-5, and every
+    gradient equals PyTorch's within 1e-4, mapped into our layout by the importer's own
+    `set_weights`. final_logits_bias, a buffer in transformers, is made a parameter for the
+    comparison (we train it, as Marian does). transformers' embedding drops the gradient of its
+    `<pad>` row's lookups (padding_idx), which for the decoder start is real: with padding_idx
+    off, its `<pad>` row's gradient is our PAD row's (the logits) plus our BOS row's (the
+    decoder start)."""
+    import copy
+
+    from tfformer.data.builtin.grammar import builtin_pairs
+    from tfformer.data.tokenizer import load_tokenizer
+    from tfformer.model.compile_transformer import compile_transformer
+    from tfformer.model.transformer import Transformer
+    from tfformer.pretrained.marian import set_weights
+
+    pairs = builtin_pairs("dev", n=4, seed=3)
+    sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
+    tokenizer = load_tokenizer(imported.run_dir)
+    source_ids = tokenizer.encode_source(tf.constant(sources)).to_tensor()
+    target_in, target_out = (ids.to_tensor() for ids in
+                             tokenizer.encode_target(tf.constant(targets)))
+    model = keras.models.load_model(os.path.join(imported.run_dir, "model.keras"), compile=False)
+    assert not model.transformer_config.bos_in_softmax
+    compile_transformer(model, label_smoothing=0.0)
+    with tf.GradientTape() as tape:
+        loss = model.loss(target_out, model((source_ids, target_in), training=False))
+    ours = [tf.convert_to_tensor(g).numpy() for g in tape.gradient(loss,
+                                                                   model.trainable_weights)]
+
+    hf_model = copy.deepcopy(imported.hf_model).eval()
+    bias = torch.nn.Parameter(hf_model.final_logits_bias.detach().clone())
+    del hf_model._buffers["final_logits_bias"]
+    hf_model.final_logits_bias = bias
+    for module in hf_model.modules():
+        if isinstance(module, torch.nn.Embedding):
+            module.padding_idx = None
+    batch = imported.hf_tokenizer(sources, text_target=targets, padding=True,
+                                  return_tensors="pt")
+    batch["labels"][batch["labels"] == imported.hf_tokenizer.pad_token_id] = -100
+    hf_loss = hf_model(**batch).loss
+    hf_loss.backward()
+    assert abs(float(loss) - hf_loss.item()) < 1e-5, (float(loss), hf_loss.item())
+    grads = {name: p.grad.numpy() for name, p in hf_model.named_parameters()
+             if p.grad is not None}
+    reference = Transformer(model.transformer_config)
+    reference.build()
+    set_weights(reference, grads, imported.marian.source_order, imported.marian.target_order)
+    expected = [w.numpy() for w in reference.trainable_weights]
+    for weight, mine, theirs in zip(model.trainable_weights, ours, expected):
+        name = weight.path
+        if weight is model.embedding.embeddings:
+            mine = mine.copy()
+            mine[PAD_ID] += mine[BOS_ID]
+            mine, theirs = np.delete(mine, BOS_ID, 0), np.delete(theirs, BOS_ID, 0)
+        if weight is model.embedding.bias:  # BOS's column is out of the softmax: no gradient
+            assert mine[BOS_ID] == 0
+            mine, theirs = np.delete(mine, BOS_ID), np.delete(theirs, BOS_ID)
+        np.testing.assert_allclose(mine, theirs, atol=1e-4, rtol=0, err_msg=name)
+    assert len(ours) == len(expected) and np.abs(ours[0]).max() > 1e-3

@@ -121,3 +121,29 @@ def test_on_tensorflow_an_update_is_one_fused_op_per_variable_and_takes_embeddin
     np.testing.assert_allclose(table.numpy(), np.arange(12).reshape(4, 3)
                                - 0.1 * np.array([[0], [1], [0], [1]]), rtol=1e-6)
     np.testing.assert_allclose(dense.numpy(), 0.9, rtol=1e-6)
+
+
+def test_inverse_sqrt_warms_up_linearly_to_its_peak_then_decays_as_fairseqs():
+    from tfformer.model.schedule import InverseSqrtSchedule
+
+    schedule = InverseSqrtSchedule(3e-4, warmup_steps=400, micro_batches_per_update=2)
+    for update in (1, 200, 400, 1600, 10000):
+        # fairseq's inverse_sqrt from 0: lr * step / warmup, then lr * sqrt(warmup / step).
+        expected = 3e-4 * min(update / 400, (400 / update) ** 0.5)
+        counter = (update - 1) * 2 + 1  # the second micro-batch of update `update`
+        assert float(schedule(counter)) == pytest.approx(expected, rel=1e-6)
+    clone = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(schedule))
+    assert float(clone(799)) == pytest.approx(3e-4, rel=1e-6)  # update 400: the peak
+
+
+def test_the_optimizer_takes_each_schedule_by_name():
+    from tfformer.model.schedule import InverseSqrtSchedule
+
+    assert isinstance(paper_optimizer(512, 100, schedule="inverse_sqrt",
+                                      learning_rate=1e-4)._learning_rate, InverseSqrtSchedule)
+    constant = paper_optimizer(512, 100, schedule="constant", learning_rate=5e-5)
+    assert float(keras.ops.convert_to_numpy(constant.learning_rate)) == pytest.approx(5e-5)
+    with pytest.raises(ValueError, match="learning_rate"):
+        paper_optimizer(512, 100, schedule="constant")
+    with pytest.raises(ValueError, match="lr_schedule"):
+        paper_optimizer(512, 100, schedule="cosine", learning_rate=1e-4)

@@ -19,6 +19,8 @@ NORM_CHOICES = ("post", "pre")
 ACTIVATION_CHOICES = ("relu", "swish", "gelu")
 SINUSOID_CHOICES = ("interleaved", "halves")
 LENGTH_PENALTY_FORMS = ("gnmt", "power")
+# Learning-rate schedules (`tfformer.model.schedule`): the paper's, and those of continued training.
+LR_SCHEDULES = ("noam", "inverse_sqrt", "constant")
 # Fields of TransformerConfig that only act during training.
 TRAINING_ONLY = ("dropout", "attention_dropout")
 # Fields that configs written before the architecture/training/decoding split carried.
@@ -56,6 +58,10 @@ class TransformerConfig:
         final_logits_bias: a learned bias added to the logits (Marian's `final_logits_bias`).
         source_vocab_size: 0 (the paper's): the source shares the target's vocabulary. Else the
             size of the source's own vocabulary and embedding (needs share_embeddings false).
+        bos_in_softmax: whether the training loss's softmax (and its label smoothing) counts
+            the BOS id, as the paper's whole-vocabulary softmax does. False for an imported
+            Marian model, whose BOS is a copy of its decoder start `<pad>`, which Marian's
+            softmax counts once (as our PAD). No search ever produces BOS either way.
 
     Dropout is kept here because the layers hold it, but it does not change what the weights
     mean: `weight_differences` (what a resumed run must not change) leaves it out.
@@ -78,6 +84,7 @@ class TransformerConfig:
     sinusoid_layout: str = "interleaved"
     final_logits_bias: bool = False
     source_vocab_size: int = 0
+    bos_in_softmax: bool = True
 
     def __post_init__(self) -> None:
         self.validate()
@@ -128,7 +135,7 @@ class TransformerConfig:
                 f"positional must be one of {POSITIONAL_CHOICES}, got {self.positional!r}")
         if self.norm not in NORM_CHOICES:
             raise ValueError(f"norm must be one of {NORM_CHOICES}, got {self.norm!r}")
-        for name in ("share_embeddings", "final_logits_bias"):
+        for name in ("share_embeddings", "final_logits_bias", "bos_in_softmax"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         for name, choices in (("activation", ACTIVATION_CHOICES),

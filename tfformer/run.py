@@ -10,6 +10,8 @@ Keras user calls them the same way:
     run.average("runs/mine", last=5)
     run.export("runs/mine", model_base_path="models")
     run.import_pretrained("opus-mt-es-en", "runs/opus-es-en")           # then export it too
+    run.train("runs/opus-es-en-bible", settings=TrainSettings(           # fine-tune it
+        init_from="runs/opus-es-en", data="tsv:bible.tsv", steps=2000))
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any, Sequence
 
 from tfformer.config import TransformerConfig
 from tfformer.train import devices as distribute
-from tfformer.train.settings import Budget, TrainSettings, load_config, warmup_steps
+from tfformer.train.settings import Budget, TrainSettings, warmup_steps
 from tfformer.utils import backends
 from tfformer.utils.checks import check_at_least
 from tfformer.utils.run_dir import RunDir
@@ -43,15 +45,17 @@ class TrainResult:
     batches: dict  # the training batches' shapes, padding, compilations (LogBatchShapes)
 
 
-def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
+def train(out: str | os.PathLike, config: str | TransformerConfig | None = None,
           settings: TrainSettings | None = None, overrides: dict | None = None) -> TrainResult:
     """Trains (or resumes) the run in `out` until its step budget; resumable after any kill.
 
     Args:
         out: the run directory (see `tfformer.utils.run_dir`).
         config: a preset name, a JSON file or a TransformerConfig (vocab_size is set from the
-            trained vocabulary).
-        settings: how to train (default: `TrainSettings()`).
+            trained vocabulary); default "tiny", or with `settings.init_from` the architecture
+            of the run it starts from (a config given then may change dropout only).
+        settings: how to train (default: `TrainSettings()`); `init_from` fine-tunes another
+            run's model (`tfformer.train.init_from`).
         overrides: config fields to change, e.g. {"dropout": 0.3}.
 
     Returns:
@@ -68,8 +72,9 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
     from tfformer.train import steps  # Keras starts here, on the backend placed
 
     shared, run = steps.run_dirs(out, placement)
-    warmup = warmup_steps(settings, config)
-    config = load_config(config, **(overrides or {}))
+    start = steps.starting_point(shared, settings, placement.chief)
+    warmup = warmup_steps(settings, config or "tiny")
+    config = steps.run_config(start, config, overrides)
     settings = steps.choose_jit(run, settings, config, placement, backend)
     data = steps.prepare_data(shared, settings, config, placement.chief)
     config = config.replace(vocab_size=data.tokenizer.vocab_size)
@@ -80,7 +85,7 @@ def train(out: str | os.PathLike, config: str | TransformerConfig = "tiny",
     batches = steps.assemble_batches(shared, data, settings, config, placement, backend)
     budget = Budget.from_settings(settings, batches.batches_per_pass, started)
     logger.info("%s", budget.describe())
-    model = steps.build_model(config, settings, placement, backend, warmup)
+    model = steps.build_model(config, settings, placement, backend, warmup, start)
     callbacks = steps.make_callbacks(settings, run, data, batches, config.max_length, backend,
                                      placement.chief, budget, history=run_state.history,
                                      weights=run_state.weights)

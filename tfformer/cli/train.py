@@ -5,6 +5,10 @@ Running the same command again continues the run from its last backup, so a kill
 most --backup-every updates, keeps one history row per finished epoch, and ends at the same step
 as an uninterrupted one. Every file is written aside and renamed, so a kill never leaves one torn.
 
+With --init-from RUN it fine-tunes: a new run starts from RUN's weights, vocabulary and
+architecture (a tfformer run, an imported OPUS-MT model), on any --data, with a fresh optimizer and
+the continued-training schedule (--lr-schedule, --learning-rate; --freeze keeps parts as they are).
+
 The run directory holds config.json, train_args.json, tokenizer.model, dev_sources.txt (the
 sentences tfformer-export checks by default), metrics.csv (one row per epoch), checkpoints/
 (the last K epochs' weights), backup/, logs/ (TensorBoard) and model.keras.
@@ -45,8 +49,10 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--recipe", default=None, metavar="JSON",
                         help="a recipe (training/configs/*.json): config, overrides and "
                              "training settings, as defaults for the other flags")
-    parser.add_argument("--config", default="tiny",
-                        help="preset name (tiny, base, big) or a JSON file of TransformerConfig")
+    parser.add_argument("--config", default=None,
+                        help="preset name (tiny, base, big) or a JSON file of TransformerConfig "
+                             "(default: tiny, or with --init-from the architecture of the run "
+                             "it starts from)")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="override a config field, e.g. --set dropout=0.2 (repeatable)")
     parser.add_argument("--out", default=DEFAULT_OUT, help="run directory")

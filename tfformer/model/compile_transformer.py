@@ -17,7 +17,8 @@ def compile_transformer(model: Transformer, optimizer: keras.optimizers.Optimize
     Args:
         model: the Transformer (its config gives d_model).
         optimizer: defaults to `paper_optimizer(d_model, warmup_steps)`.
-        label_smoothing: epsilon_ls of the loss (0.1 in the paper).
+        label_smoothing: epsilon_ls of the loss (0.1 in the paper); the config's
+            `bos_in_softmax` goes to the loss and the perplexity.
         warmup_steps: warmup of the default optimizer's schedule (4000 in the paper).
         **compile_kwargs: passed to `keras.Model.compile` (e.g. jit_compile, steps_per_execution).
 
@@ -27,7 +28,8 @@ def compile_transformer(model: Transformer, optimizer: keras.optimizers.Optimize
     config = model.transformer_config
     model.compile(
         optimizer=optimizer or paper_optimizer(config.d_model, warmup_steps),
-        loss=MaskedLabelSmoothedCrossEntropy(label_smoothing),
-        metrics=[MaskedAccuracy(), Perplexity()],
+        loss=MaskedLabelSmoothedCrossEntropy(label_smoothing,
+                                             bos_in_softmax=config.bos_in_softmax),
+        metrics=[MaskedAccuracy(), Perplexity(bos_in_softmax=config.bos_in_softmax)],
         **compile_kwargs)
     return model

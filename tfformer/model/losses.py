@@ -1,6 +1,8 @@
 """Training objective and metrics: label-smoothed cross-entropy (§5.4), token accuracy, perplexity.
 
-All of them ignore pad positions (PAD_ID in the targets).
+All of them ignore pad positions (PAD_ID in the targets). With `bos_in_softmax` false (an
+imported Marian model: `TransformerConfig.bos_in_softmax`) the loss and perplexity leave the
+BOS column out of the softmax and of label smoothing's uniform target.
 """
 
 from __future__ import annotations
@@ -9,16 +11,19 @@ import keras
 from keras import ops
 
 from tfformer.model.layers import kernels
-from tfformer.special_tokens import PAD_ID
+from tfformer.special_tokens import BOS_ID, PAD_ID
 
 
-def label_smoothed_cross_entropy(labels, logits, label_smoothing: float):
+def label_smoothed_cross_entropy(labels, logits, label_smoothing: float,
+                                 bos_in_softmax: bool = True):
     """Per-token cross-entropy against (1 - eps) one-hot + eps / V uniform (§5.4).
 
     Args:
         labels: int [batch, T].
         logits: float [batch, T, V].
         label_smoothing: eps.
+        bos_in_softmax: False leaves the BOS column out: the softmax and the uniform target
+            are over the other V - 1 ids.
 
     Returns:
         float32 [batch, T], not masked.
@@ -26,12 +31,22 @@ def label_smoothed_cross_entropy(labels, logits, label_smoothing: float):
     # log p_y = z_y - logsumexp(z): reductions of the logits, so that the [batch, T, V]
     # log-probabilities are never written out (the float32 cast fuses into each reduction).
     logits = ops.cast(logits, "float32")
+    vocab_size = ops.shape(logits)[-1]
+    total = None
+    if not bos_in_softmax:
+        bos_logits = logits[..., BOS_ID]
+        if label_smoothing:
+            total = ops.sum(logits, axis=-1) - bos_logits
+        logits = logits + ops.one_hot(BOS_ID, vocab_size) * kernels.masked_fill_value("float32")
     log_normalizer = ops.logsumexp(logits, axis=-1)
     nll = log_normalizer - kernels.take_last_axis(logits, ops.cast(labels, "int32"))
     if not label_smoothing:
         return nll
-    # Cross-entropy against the uniform V-way target: -mean(log p) = logsumexp(z) - mean(z).
-    uniform = log_normalizer - ops.mean(logits, axis=-1)
+    # Cross-entropy against the uniform target: -mean(log p) = logsumexp(z) - mean(z).
+    if total is None:
+        uniform = log_normalizer - ops.mean(logits, axis=-1)
+    else:
+        uniform = log_normalizer - total / ops.cast(vocab_size - 1, "float32")
     return (1.0 - label_smoothing) * nll + label_smoothing * uniform
 
 
@@ -51,14 +66,17 @@ class MaskedLabelSmoothedCrossEntropy(keras.losses.Loss):
     Args:
         label_smoothing: eps (0.1 in the paper).
         pad_id: target id that carries no loss.
+        bos_in_softmax: False leaves BOS out of the softmax (`label_smoothed_cross_entropy`).
     """
 
     def __init__(self, label_smoothing: float = 0.1, pad_id: int = PAD_ID,
-                 name: str = "label_smoothed_cross_entropy", **kwargs):
+                 name: str = "label_smoothed_cross_entropy", bos_in_softmax: bool = True,
+                 **kwargs):
         kwargs.pop("reduction", None)  # the token-mean weighting below needs sum_over_batch_size
         super().__init__(name=name, reduction="sum_over_batch_size", **kwargs)
         self.label_smoothing = label_smoothing
         self.pad_id = pad_id
+        self.bos_in_softmax = bos_in_softmax
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         weights = ops.cast(ops.not_equal(ops.cast(y_true, "int32"), self.pad_id), "float32")
@@ -71,12 +89,14 @@ class MaskedLabelSmoothedCrossEntropy(keras.losses.Loss):
         return super().__call__(y_true, y_pred, sample_weight=weights)
 
     def call(self, y_true, y_pred):
-        return label_smoothed_cross_entropy(y_true, y_pred, self.label_smoothing)
+        return label_smoothed_cross_entropy(y_true, y_pred, self.label_smoothing,
+                                            self.bos_in_softmax)
 
     def get_config(self):
         config = super().get_config()
         config.pop("reduction", None)
-        return {**config, "label_smoothing": self.label_smoothing, "pad_id": self.pad_id}
+        return {**config, "label_smoothing": self.label_smoothing, "pad_id": self.pad_id,
+                "bos_in_softmax": self.bos_in_softmax}
 
 
 class _MaskedTokenMean(keras.metrics.Metric):
@@ -126,11 +146,15 @@ class MaskedAccuracy(_MaskedTokenMean):
 class Perplexity(_MaskedTokenMean):
     """exp(mean negative log-likelihood per non-pad token), without label smoothing."""
 
-    def __init__(self, name: str = "perplexity", **kwargs):
+    def __init__(self, name: str = "perplexity", bos_in_softmax: bool = True, **kwargs):
         super().__init__(name=name, **kwargs)
+        self.bos_in_softmax = bos_in_softmax
 
     def per_token(self, labels, logits):
-        return label_smoothed_cross_entropy(labels, logits, 0.0)
+        return label_smoothed_cross_entropy(labels, logits, 0.0, self.bos_in_softmax)
+
+    def get_config(self):
+        return {**super().get_config(), "bos_in_softmax": self.bos_in_softmax}
 
     def result(self):
         return ops.exp(ops.divide_no_nan(self.total, self.count))

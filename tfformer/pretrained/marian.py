@@ -24,7 +24,6 @@ file and what is supported.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import os
@@ -37,7 +36,7 @@ import numpy as np
 from tfformer.config import TransformerConfig
 from tfformer.data.marian_pieces import MarianPieces
 from tfformer.special_tokens import BOS_ID, BOS_PIECE, EOS_ID, NUM_RESERVED, PAD_ID, UNK_ID
-from tfformer.utils.files import atomic_write, atomic_write_text
+from tfformer.utils.files import atomic_write, atomic_write_text, sha256_of
 from tfformer.utils.run_dir import RunDir
 
 logger = logging.getLogger(__name__)
@@ -190,7 +189,7 @@ def transformer_config(hf: dict, vocab_size: int, source_vocab_size: int) -> Tra
             attention_dropout=float(hf.get("attention_dropout", 0.0)),
             max_length=field("max_position_embeddings"), share_embeddings=shared,
             layer_norm_epsilon=LAYER_NORM_EPSILON, activation=ACTIVATIONS[activation],
-            sinusoid_layout="halves", final_logits_bias=True,
+            sinusoid_layout="halves", final_logits_bias=True, bos_in_softmax=False,
             source_vocab_size=0 if source_vocab_size == vocab_size else source_vocab_size)
     except ValueError as error:
         raise ValueError(f"config.json: {error}") from None
@@ -262,14 +261,6 @@ def set_weights(model, weights: dict, source_order: np.ndarray, target_order: np
         norm(layer.cross_attention_connection, f"{prefix}.encoder_attn_layer_norm")
         feed_forward(layer.feed_forward, prefix)
         norm(layer.feed_forward_connection, f"{prefix}.final_layer_norm")
-
-
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @dataclasses.dataclass
@@ -392,7 +383,7 @@ def import_marian(directory: str | os.PathLike, out: str | os.PathLike, *,
     del weights
     record = {
         "format": MODEL_TYPE, "source": os.path.abspath(marian.path),
-        "files": {os.path.basename(p): _sha256(p) for p in marian.files},
+        "files": {os.path.basename(p): sha256_of(p) for p in marian.files},
         "ids": "tfformer's: PAD, UNK, BOS, EOS = 0, 1, 2, 3; BOS is the decoder start "
                f"(Marian id {int(marian.target_order[BOS_ID])}); the other Marian ids follow "
                "in their order",

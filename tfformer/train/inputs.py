@@ -27,7 +27,7 @@ from tfformer.data.buckets import DEFAULT_BUCKET_GROWTH
 from tfformer.data.records import ParallelText
 from tfformer.data.scan import scan
 from tfformer.data.sources import Corpus, open_corpus
-from tfformer.data.tokenizer import Tokenizer
+from tfformer.data.tokenizer import Tokenizer, load_tokenizer
 from tfformer.data.tsv import file_signature, read_tsv
 from tfformer.utils.files import atomic_write_text, wait_for_file
 from tfformer.utils.run_dir import RunDir, read_data_stats, write_data_stats
@@ -65,15 +65,19 @@ def prepare(run: RunDir, *, chief: bool, spec: str, skip_bad_lines: bool, seed: 
     corpus = open_corpus(spec, skip_bad_lines=skip_bad_lines, seed=seed,
                          checked=stats.get("files", ()))
     started_on = stats.get("spec")
-    if started_on is not None and started_on != corpus.spec and os.path.exists(run.tokenizer):
+    if started_on is not None and started_on != corpus.spec and run.has_tokenizer():
         # Resuming would keep the other data's vocabulary and dev set.
         raise ValueError(f"{run.path} is a run on data {started_on!r}, not {corpus.spec!r}: "
                          "give a new run directory, or the same data to resume it")
     held_out = corpus.holds_out_dev
     if not chief:
-        wait_for_file(run.tokenizer, timeout=600)  # written after dev.tsv and data.json
+        # The chief writes data.json after dev.tsv, then trains the vocabulary (a fine-tuned
+        # run has its starting point's before either).
+        wait_for_file(run.data_stats, timeout=600)
+        wait_for_file(run.tokenizer_files[-1], timeout=600)
         stats = read_data_stats(run)
-    elif not os.path.exists(run.tokenizer) or (held_out and "holdout_threshold" not in stats):
+    elif not run.has_tokenizer() or "spec" not in stats or (
+            held_out and "holdout_threshold" not in stats):
         started = time.monotonic()
         os.makedirs(run.path, exist_ok=True)  # the vocabulary sample's file goes there
         found = scan(corpus, skip_bad_lines=skip_bad_lines, sample_sentences=vocab_sample,
@@ -94,7 +98,7 @@ def prepare(run: RunDir, *, chief: bool, spec: str, skip_bad_lines: bool, seed: 
                  "held_out": found.num_held_out, "holdout_threshold": found.holdout_threshold,
                  "scan_seconds": round(seconds, 1)}
         write_data_stats(run, stats)
-        if not os.path.exists(run.tokenizer):
+        if not run.has_tokenizer():  # a fine-tuned run has its starting point's
             # §5.1: one vocabulary shared by source and target, learned from both sides.
             started = time.monotonic()
             tokenizer = Tokenizer.train(found.sample, vocab_size, seed=seed)
@@ -104,7 +108,7 @@ def prepare(run: RunDir, *, chief: bool, spec: str, skip_bad_lines: bool, seed: 
                         time.monotonic() - started, run.tokenizer)
     if held_out:
         corpus = dataclasses.replace(corpus, holdout_threshold=stats["holdout_threshold"])
-    tokenizer = Tokenizer.from_file(run.tokenizer)
+    tokenizer = load_tokenizer(run)
     dev = corpus.dev if not held_out else read_tsv(run.held_out_dev)
     logger.info("data: dev: %d pairs from %s", len(dev), dev.path)
     return RunData(corpus, tokenizer, dev)

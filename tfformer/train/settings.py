@@ -16,7 +16,7 @@ import os
 from dataclasses import field
 from typing import Callable
 
-from tfformer.config import PRESETS, TransformerConfig, get_preset
+from tfformer.config import LR_SCHEDULES, PRESETS, TransformerConfig, get_preset
 from tfformer.model.precision import CHOICES as PRECISIONS
 from tfformer.train.jit import AUTO_PACK_LENGTH
 from tfformer.train.jit import CHOICES as JIT_CHOICES
@@ -30,6 +30,15 @@ DEFAULT_VOCAB_SAMPLE = 1_000_000  # sentences: the vocabulary's time and memory 
 # Warmup (§5.3) of a preset's training when the run does not set one: tiny's runs are short.
 PRESET_WARMUP_STEPS = {"tiny": 400}
 PAPER_WARMUP_STEPS = 4000
+# Continued training (init_from): OPUS-MT's fine-tuning recipe (OPUS-MT-train's
+# finetune/Makefile, Marian `--learn-rate 0.0003 --lr-warmup 16000 --lr-decay-inv-sqrt 16000`):
+# a fresh inverse-sqrt schedule peaking at 3e-4. Its 16000 warmup updates are for budgets of
+# days; ours warms up as the tiny preset does.
+FINETUNE_SCHEDULE = "inverse_sqrt"
+FINETUNE_LEARNING_RATE = 3e-4
+FINETUNE_WARMUP_STEPS = 400
+# The parts `freeze` can keep as they are (`tfformer.train.init_from.freeze`).
+FREEZABLE = ("embeddings", "encoder", "decoder")
 
 
 class TrainingStopped(RuntimeError):
@@ -85,14 +94,35 @@ class TrainSettings:
                 "counted). At most the config's max_length"})
     label_smoothing: float = field(default=0.1, metadata={
         "help": "epsilon_ls of the loss (§5.4)"})
+    init_from: str | None = field(default=None, metadata={
+        "metavar": "RUN",
+        "help": "fine-tune: a new run that starts from RUN's weights, with RUN's vocabulary and "
+                "architecture; RUN is a run directory (an imported one too) or a .keras file "
+                "beside its tokenizer. The config may change dropout only. The run records "
+                "where it started (init_from.json) and trains with a fresh optimizer and "
+                "lr_schedule"})
+    lr_schedule: str | None = field(default=None, metadata={
+        "choices": LR_SCHEDULES,
+        "help": "noam (§5.3, eq. 3), inverse_sqrt (linear warmup to learning_rate, then "
+                "learning_rate * sqrt(warmup / step): fairseq's, and Marian's in OPUS-MT's "
+                "fine-tuning recipe) or constant (default: noam, or with init_from "
+                f"{FINETUNE_SCHEDULE})"})
+    learning_rate: float | None = field(default=None, metadata={
+        "help": "the peak rate of inverse_sqrt, the rate of constant (default "
+                f"{FINETUNE_LEARNING_RATE}, OPUS-MT's fine-tuning recipe's)"})
+    freeze: str = field(default="", metadata={
+        "metavar": "PARTS",
+        "help": "comma-separated parts whose weights training leaves as they are: "
+                "embeddings (every embedding matrix, the target's tied to the pre-softmax "
+                "projection, and the logits bias), encoder, decoder"})
     warmup_steps: int | None = field(default=None, metadata={
         "help": f"updates of learning-rate warmup (§5.3; default {PAPER_WARMUP_STEPS} as in the "
                 "paper, or the preset's own: "
                 + ", ".join(f"{preset} {updates}"
                             for preset, updates in PRESET_WARMUP_STEPS.items())
-                + ")"})
+                + f"; {FINETUNE_WARMUP_STEPS} with init_from)"})
     lr_scale: float = field(default=1.0, metadata={
-        "help": "factor on the learning rate of §5.3, eq. 3 (1.0 in the paper)"})
+        "help": "factor on the learning rate of §5.3, eq. 3 (1.0 in the paper; noam only)"})
     max_minutes: float | None = field(default=None, metadata={
         "help": "stop after this much wall time, start-up and epoch-end work (validation, dev "
                 "BLEU, checkpoints) included, even before steps; the run then ends normally, "
@@ -194,6 +224,36 @@ class TrainSettings:
             raise ValueError(f"backend must be one of {sorted(BACKENDS)}, got {self.backend!r}")
         if not self.steps and not self.epochs:
             self.steps = DEFAULT_STEPS
+        self._resolve_schedule()
+
+    def _resolve_schedule(self) -> None:
+        """The schedule and its rate, decided once: train_args.json records them."""
+        if self.lr_schedule is None:
+            self.lr_schedule = FINETUNE_SCHEDULE if self.init_from else "noam"
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got "
+                             f"{self.lr_schedule!r}")
+        if self.lr_schedule == "noam":
+            if self.learning_rate is not None:
+                raise ValueError("learning_rate is the rate of inverse_sqrt and constant: noam's "
+                                 "follows from d_model, warmup_steps and lr_scale")
+        else:
+            if self.lr_scale != 1.0:
+                raise ValueError(f"lr_scale scales noam only; lr_schedule {self.lr_schedule} "
+                                 "takes learning_rate")
+            if self.learning_rate is None:
+                self.learning_rate = FINETUNE_LEARNING_RATE
+            if not self.learning_rate > 0:
+                raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+        unknown = [part for part in self.freeze_parts if part not in FREEZABLE]
+        if unknown:
+            raise ValueError(f"freeze takes {', '.join(FREEZABLE)} (comma-separated), got "
+                             f"{', '.join(map(repr, unknown))}")
+
+    @property
+    def freeze_parts(self) -> list[str]:
+        """The parts named by `freeze`, in its order."""
+        return [part.strip() for part in self.freeze.split(",") if part.strip()]
 
     def _check_processes(self) -> None:
         given = {"coordinator": self.coordinator, "num_processes": self.num_processes,
@@ -245,8 +305,9 @@ def load_config(spec: str | TransformerConfig, **overrides) -> TransformerConfig
 
 
 def warmup_steps(settings: TrainSettings, config: str | TransformerConfig) -> int:
-    """The run's warmup updates (§5.3): `settings.warmup_steps` when set, else the preset's own
-    (tiny: 400) when `config` is a preset, else the paper's 4000.
+    """The run's warmup updates (§5.3): `settings.warmup_steps` when set, else
+    FINETUNE_WARMUP_STEPS with `init_from`, else the preset's own (tiny: 400) when `config` is a
+    preset, else the paper's 4000.
 
     A preset is one by name (whatever its overrides) or by architecture: a TransformerConfig or
     JSON file equal to a preset but for vocab_size (the run's vocabulary sets it) and dropout, so
@@ -254,6 +315,8 @@ def warmup_steps(settings: TrainSettings, config: str | TransformerConfig) -> in
     """
     if settings.warmup_steps:
         return settings.warmup_steps
+    if settings.init_from:
+        return FINETUNE_WARMUP_STEPS
     if isinstance(config, str) and config in PRESETS:
         return PRESET_WARMUP_STEPS.get(config, PAPER_WARMUP_STEPS)
     config = load_config(config)

@@ -16,6 +16,7 @@ import sys
 from typing import TYPE_CHECKING, Sequence, Union
 
 import keras
+import numpy as np
 
 from tfformer.config import TransformerConfig
 from tfformer.data.buckets import default_growth
@@ -24,7 +25,7 @@ from tfformer.model import precision
 from tfformer.model.compile_transformer import compile_transformer
 from tfformer.model.schedule import paper_optimizer
 from tfformer.model.transformer import Transformer
-from tfformer.train import jit, plots, store_inputs
+from tfformer.train import init_from, jit, plots, store_inputs
 from tfformer.train.callbacks import (
     DevBleu,
     KeepBestDevBleu,
@@ -40,7 +41,7 @@ from tfformer.train.callbacks import (
 from tfformer.train.checkpoints import WeightsWriter
 from tfformer.train.devices import Placement
 from tfformer.train.fit import fit_resumable
-from tfformer.train.settings import Budget, TrainingStopped, TrainSettings
+from tfformer.train.settings import Budget, TrainingStopped, TrainSettings, load_config
 from tfformer.utils.files import atomic_write, atomic_write_text
 from tfformer.utils.run_dir import RunDir
 
@@ -68,6 +69,38 @@ def run_dirs(out: str | os.PathLike, placement: Placement) -> tuple[RunDir, RunD
         own = shared.worker(placement.worker_index)
     os.makedirs(own.path, exist_ok=True)
     return shared, own
+
+
+def starting_point(shared: RunDir, settings: TrainSettings,
+                   chief: bool) -> init_from.StartingPoint | None:
+    """The run `settings.init_from` names (None without it); the chief gives a new run its
+    tokenizer files and init_from.json.
+
+    Raises:
+        FileNotFoundError: a missing file of the run to start from.
+        ValueError: the run directory started from other weights, from none, or (without
+            init_from) from a run that a resume must name again.
+    """
+    if settings.init_from is None:
+        recorded = init_from.started_from(shared)
+        if recorded is not None:
+            raise ValueError(f"{shared.path} started from {recorded['path']}: give init_from "
+                             f"{recorded['path']} again to resume it")
+        return None
+    start = init_from.StartingPoint.locate(settings.init_from)
+    if chief:
+        start.start(shared)
+    logger.info("init_from: %s (%s, sha256 %s...)", start.path, start.weights, start.sha256[:12])
+    return start
+
+
+def run_config(start: init_from.StartingPoint | None,
+               config: str | TransformerConfig | None, overrides: dict | None) -> TransformerConfig:
+    """The run's architecture: `config` (default "tiny") with `overrides`, or the starting
+    point's, which the others may change in dropout only."""
+    if start is None:
+        return load_config(config or "tiny", **(overrides or {}))
+    return start.config_for(None if config is None else load_config(config), overrides)
 
 
 def prepare_data(shared: RunDir, settings: TrainSettings, config: TransformerConfig,
@@ -177,9 +210,12 @@ def assemble_batches(shared: RunDir, data: RunData, settings: TrainSettings,
 
 
 def build_model(config: TransformerConfig, settings: TrainSettings, placement: Placement,
-                backend: str, warmup_steps: int) -> Transformer:
+                backend: str, warmup_steps: int,
+                start: init_from.StartingPoint | None = None) -> Transformer:
     """The Transformer, built and compiled under the placement's scope and the run's precision:
-    the paper's optimizer (§5.3) and label-smoothed loss (§5.4)."""
+    the paper's optimizer (§5.3) with the run's schedule, and label-smoothed loss (§5.4). With
+    `start`, its weights are the starting point's (a resume's backup replaces them later), and
+    the `freeze` parts are not trained."""
     if settings.jit == "on" and backend == "tensorflow" and placement.replicas > 1:
         # Keras 3.15 puts `strategy.run` itself inside the jit-compiled function: one XLA
         # cluster over every replica's variables, which TensorFlow refuses at the first step
@@ -192,14 +228,28 @@ def build_model(config: TransformerConfig, settings: TrainSettings, placement: P
     with placement.scope(), precision.policy(mixed_precision):
         model = Transformer(config)
         model.build()
+        if start is not None:
+            model.load_weights(start.weights)
+        init_from.freeze(model, settings.freeze_parts)
         optimizer = paper_optimizer(config.d_model, warmup_steps, scale=settings.lr_scale,
-                                    gradient_accumulation_steps=settings.grad_accum)
+                                    gradient_accumulation_steps=settings.grad_accum,
+                                    schedule=settings.lr_schedule,
+                                    learning_rate=settings.learning_rate)
         # JAX always compiles its steps (jit_compile=False would run every op eagerly).
         jit_compile = settings.jit == "on" if backend == "tensorflow" else "auto"
         compile_transformer(model, optimizer=optimizer, label_smoothing=settings.label_smoothing,
                             jit_compile=jit_compile)
     logger.info("model: %s parameters, Keras on %s, %s; %s", f"{model.count_params():,}",
                 backend, placement.description, precision.describe(mixed_precision))
+    if settings.freeze_parts:
+        frozen = sum(int(np.prod(w.shape)) for w in model.non_trainable_weights)
+        logger.info("frozen: %s (%s non-trainable parameters)", ", ".join(settings.freeze_parts),
+                    f"{frozen:,}")
+    schedule = settings.lr_schedule
+    logger.info("schedule: %s, %s", schedule, f"peak {settings.learning_rate:g} after "
+                f"{warmup_steps} updates" if schedule == "inverse_sqrt" else
+                f"rate {settings.learning_rate:g}" if schedule == "constant" else
+                f"warmup {warmup_steps}, scale {settings.lr_scale:g}")
     return model
 
 

@@ -74,27 +74,46 @@ def prepare(run: RunDir, *, chief: bool, spec: str) -> StoreData:
         ValueError: the run directory was started on other data, or with another vocabulary.
     """
     store = Store.open(store_path(spec))
+    if os.path.exists(run.vocabulary):
+        raise ValueError(f"{run.path} has an imported model's vocabulary ({run.vocabulary}, "
+                         "two SentencePiece models); a prepared store holds one "
+                         "tokenizer.model: train it on text data (tsv: or tfds:) instead")
     stats = read_data_stats(run)
     started_on = stats.get("spec")
     if started_on is not None and started_on != spec and os.path.exists(run.tokenizer):
         raise ValueError(f"{run.path} is a run on data {started_on!r}, not {spec!r}: "
                          "give a new run directory, or the same data to resume it")
     if not chief:
+        wait_for_file(run.data_stats, timeout=600)
         wait_for_file(run.tokenizer, timeout=600)
+    elif "spec" not in stats and os.path.exists(run.tokenizer):  # a fine-tuned run's
+        check_same_tokenizer(run, store)
+        write_data_stats(run, {**stats, "spec": spec, "store": store.manifest})
     elif not os.path.exists(run.tokenizer):
         os.makedirs(run.path, exist_ok=True)
         write_data_stats(run, {**stats, "spec": spec, "store": store.manifest})
         temporary = run.tokenizer + ".tmp"
         shutil.copyfile(store.tokenizer_path, temporary)
         os.replace(temporary, run.tokenizer)
-    elif not filecmp.cmp(run.tokenizer, store.tokenizer_path, shallow=False):
-        raise ValueError(f"{run.tokenizer} differs from {store.tokenizer_path}: the store was "
-                         "prepared again with another vocabulary since this run started; give "
-                         "a new run directory")
+    else:
+        check_same_tokenizer(run, store)
     dev = DevPairs(store.dev_pairs(), os.path.join(store.path, DEV_TEXT))
     logger.info("data: %s: %d training pairs, %d dev pairs (prepared %s)", spec,
                 len(store.train), len(dev), store.manifest.get("spec"))
     return StoreData(store, load_tokenizer(run.tokenizer), dev)
+
+
+def check_same_tokenizer(run: RunDir, store: Store) -> None:
+    """Raises ValueError unless the run's tokenizer.model is the store's, byte for byte."""
+    if filecmp.cmp(run.tokenizer, store.tokenizer_path, shallow=False):
+        return
+    if os.path.exists(run.init_from):
+        raise ValueError(f"{store.tokenizer_path} differs from the vocabulary of the run this "
+                         f"one starts from ({run.tokenizer}): prepare the store with "
+                         f"tfformer-prepare --tokenizer {run.tokenizer}")
+    raise ValueError(f"{run.tokenizer} differs from {store.tokenizer_path}: the store was "
+                     "prepared again with another vocabulary since this run started; give "
+                     "a new run directory")
 
 
 class Counters:

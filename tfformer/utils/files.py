@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import re
 import time
@@ -43,6 +44,15 @@ def atomic_write_text(path: str, text: str) -> None:
             f.write(text)
 
     atomic_write(path, write)
+
+
+def sha256_of(path: str) -> str:
+    """The SHA-256 of a file's bytes, read a MiB at a time (hex)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def remove_temporaries(directory: str) -> list[str]:

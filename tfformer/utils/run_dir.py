@@ -7,6 +7,7 @@
     RUN/source.spm            with the SentencePiece models of its source
     RUN/target.spm            and its target (tfformer.data.marian_pieces)
     RUN/pretrained.json     where an imported model came from, and what the import mapped
+    RUN/init_from.json      where a fine-tuned run started (--init-from): the path, its hash
     RUN/dev_sources.txt     a few dev sources: what tfformer-export checks by default
     RUN/dev.tsv             the dev pairs held out of a training file given without DEV
     RUN/data.json           what the one scan of the training data found; batches per pass
@@ -73,12 +74,20 @@ class RunDir:
         return self._join("pretrained.json")
 
     @property
+    def init_from(self) -> str:
+        return self._join("init_from.json")
+
+    @property
     def tokenizer_files(self) -> list[str]:
         """The tokenizer's files: tokenizer.model, or an imported model's vocabulary.json and its
         two SentencePiece models."""
         if os.path.exists(self.vocabulary):
             return [self.vocabulary, self.source_spm, self.target_spm]
         return [self.tokenizer]
+
+    def has_tokenizer(self) -> bool:
+        """Whether all of the tokenizer's files are there."""
+        return all(os.path.exists(path) for path in self.tokenizer_files)
 
     @property
     def dev_sources(self) -> str:
