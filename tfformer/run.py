@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 from tfformer.config import TransformerConfig
 from tfformer.train import devices as distribute
-from tfformer.train.settings import Budget, TrainSettings, warmup_steps
+from tfformer.train.settings import DEFAULT_CONFIG, Budget, TrainSettings, warmup_steps
 from tfformer.utils import backends
 from tfformer.utils.checks import check_at_least
 from tfformer.utils.run_dir import RunDir
@@ -73,7 +73,9 @@ def train(out: str | os.PathLike, config: str | TransformerConfig | None = None,
 
     shared, run = steps.run_dirs(out, placement)
     start = steps.starting_point(shared, settings, placement.chief)
-    warmup = warmup_steps(settings, config or "tiny")
+    if config is None and start is None:
+        config = DEFAULT_CONFIG
+    warmup = warmup_steps(settings, config)
     config = steps.run_config(start, config, overrides)
     settings = steps.choose_jit(run, settings, config, placement, backend)
     data = steps.prepare_data(shared, settings, config, placement.chief)

@@ -14,11 +14,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import zipfile
 
 from tfformer.config import TRAINING_ONLY, TransformerConfig
-from tfformer.utils.files import atomic_write, atomic_write_text, sha256_of
+from tfformer.utils.files import atomic_copy, atomic_write_text, sha256_of
 from tfformer.utils.run_dir import RunDir
 
 
@@ -115,8 +114,7 @@ class StartingPoint:
         for source in sorted(self.run.tokenizer_files, key=lambda p: p == self.run.vocabulary):
             target = os.path.join(run.path, os.path.basename(source))
             if not os.path.exists(target):
-                atomic_write(target, lambda temporary, source=source: shutil.copyfile(
-                    source, temporary))
+                atomic_copy(source, target)
         if recorded is None:
             atomic_write_text(run.init_from, json.dumps(self.record(), indent=2))
 

@@ -23,6 +23,7 @@ from tfformer.train.jit import CHOICES as JIT_CHOICES
 from tfformer.utils.backends import BACKENDS
 from tfformer.utils.checks import check_at_least, check_fraction
 
+DEFAULT_CONFIG = "tiny"  # the preset a run trains when it names no config and no init_from
 DEFAULT_STEPS = 400
 DEFAULT_STEPS_PER_EPOCH = 100  # updates, with `steps`
 DEFAULT_VOCAB_SAMPLE = 1_000_000  # sentences: the vocabulary's time and memory stay bounded
@@ -304,7 +305,7 @@ def load_config(spec: str | TransformerConfig, **overrides) -> TransformerConfig
     return config.replace(**overrides) if overrides else config
 
 
-def warmup_steps(settings: TrainSettings, config: str | TransformerConfig) -> int:
+def warmup_steps(settings: TrainSettings, config: str | TransformerConfig | None) -> int:
     """The run's warmup updates (§5.3): `settings.warmup_steps` when set, else
     FINETUNE_WARMUP_STEPS with `init_from`, else the preset's own (tiny: 400) when `config` is a
     preset, else the paper's 4000.

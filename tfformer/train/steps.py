@@ -96,10 +96,10 @@ def starting_point(shared: RunDir, settings: TrainSettings,
 
 def run_config(start: init_from.StartingPoint | None,
                config: str | TransformerConfig | None, overrides: dict | None) -> TransformerConfig:
-    """The run's architecture: `config` (default "tiny") with `overrides`, or the starting
-    point's, which the others may change in dropout only."""
+    """The run's architecture: `config` with `overrides`, or the starting point's, which
+    `config` and `overrides` may change in dropout only."""
     if start is None:
-        return load_config(config or "tiny", **(overrides or {}))
+        return load_config(config, **(overrides or {}))
     return start.config_for(None if config is None else load_config(config), overrides)
 
 

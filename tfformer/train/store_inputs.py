@@ -16,14 +16,13 @@ import filecmp
 import importlib.util
 import logging
 import os
-import shutil
 import threading
 from typing import Any, Callable
 
 from tfformer.data.buckets import DEFAULT_BUCKET_GROWTH
 from tfformer.data.loader import BatchStats, Loader
 from tfformer.data.store import DEV_TEXT, Store, store_path
-from tfformer.utils.files import wait_for_file
+from tfformer.utils.files import atomic_copy, wait_for_file
 from tfformer.utils.run_dir import RunDir, read_data_stats, write_data_stats
 
 logger = logging.getLogger(__name__)
@@ -92,9 +91,7 @@ def prepare(run: RunDir, *, chief: bool, spec: str) -> StoreData:
     elif not os.path.exists(run.tokenizer):
         os.makedirs(run.path, exist_ok=True)
         write_data_stats(run, {**stats, "spec": spec, "store": store.manifest})
-        temporary = run.tokenizer + ".tmp"
-        shutil.copyfile(store.tokenizer_path, temporary)
-        os.replace(temporary, run.tokenizer)
+        atomic_copy(store.tokenizer_path, run.tokenizer)
     else:
         check_same_tokenizer(run, store)
     dev = DevPairs(store.dev_pairs(), os.path.join(store.path, DEV_TEXT))

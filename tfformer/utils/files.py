@@ -6,6 +6,7 @@ import errno
 import hashlib
 import os
 import re
+import shutil
 import time
 from typing import Any, Callable
 
@@ -44,6 +45,11 @@ def atomic_write_text(path: str, text: str) -> None:
             f.write(text)
 
     atomic_write(path, write)
+
+
+def atomic_copy(source: str, path: str) -> None:
+    """Copies the file `source` to `path` atomically (`atomic_write`)."""
+    atomic_write(path, lambda temporary: shutil.copyfile(source, temporary))
 
 
 def sha256_of(path: str) -> str:
