@@ -724,6 +724,43 @@ def check_eval_export(doc: DocRun, result) -> None:
 
 
 @sh_check
+def check_fine_tuned(doc: DocRun, result, run: str, base: str) -> None:
+    """A run `run` fine-tuned from `base`: its record names base's weights by path and SHA-256,
+    and it has base's architecture and vocabulary, trained with the continued-training
+    schedule."""
+    import hashlib
+
+    tuned, started = doc.path(run), doc.path(base)
+    recorded = read_json(tuned / "init_from.json")
+    assert os.path.samefile(recorded["path"], started), recorded
+    weights = Path(recorded["weights"])
+    assert recorded["sha256"] == hashlib.sha256(weights.read_bytes()).hexdigest()
+    assert read_json(tuned / "config.json") == read_json(started / "config.json")
+    vocabulary = "vocabulary.json" if (started / "vocabulary.json").exists() else "tokenizer.model"
+    assert (tuned / vocabulary).read_bytes() == (started / vocabulary).read_bytes()
+    assert read_json(tuned / "train_args.json")["lr_schedule"] == "inverse_sqrt"
+    assert metrics(tuned) == [(1, 2)] and is_file(tuned / "model.keras")
+
+
+@sh_check
+def check_evaluated(doc: DocRun, result, out: str, weights: str) -> None:
+    """tfformer-evaluate's report in `out`, on the test set, of `weights`."""
+    report = read_json(doc.path(out) / "report.json")
+    assert report == last_json(result.stdout)
+    assert (report["weights"], report["sentences"]) == (weights, TEST_PAIRS), report
+    assert isinstance(report["bleu"], float)
+
+
+@sh_check
+def check_exported(doc: DocRun, result, name: str, run: str) -> None:
+    """Version 1 of model `name`, exported from `run` and checked on its dev sources."""
+    assert last_json(result.stdout) == {"export_dir": f"models/{name}/1", "version": 1,
+                                        "precision": "fp32",
+                                        "check_sentences": f"{run}/dev_sources.txt"}
+    assert is_file(doc.path(f"models/{name}/1/saved_model.pb"))
+
+
+@sh_check
 def check_ctranslate2(doc: DocRun, result, name: str, quantization: str) -> None:
     """A CTranslate2 model directory `name`, checked by the export against the model."""
     report = last_json(result.stdout)

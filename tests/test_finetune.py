@@ -110,3 +110,106 @@ def test_the_settings_resolve_the_continued_training_schedule():
     with pytest.raises(ValueError, match="noam's follows from d_model"):
         TrainSettings(learning_rate=1e-4)
     assert TrainSettings(freeze="encoder, embeddings").freeze_parts == ["encoder", "embeddings"]
+
+
+def test_k_fine_tuning_updates_equal_the_base_model_loaded_and_trained_by_hand(base, tmp_path):
+    """init_from with dropout 0 ends K updates with the weights of the base run's model.keras
+    loaded by hand into a dropout-0 model, compiled with inverse_sqrt to 3e-4 after 400 updates
+    (the fine-tuning defaults, spelled out) and trained with `train_on_batch` on the first K
+    batches of the same prepared store."""
+    import itertools
+
+    from tfformer import run
+    from tfformer.config import TransformerConfig
+    from tfformer.data.buckets import default_growth
+    from tfformer.data.loader import Loader
+    from tfformer.data.store import Store
+    from tfformer.model.compile_transformer import compile_transformer
+    from tfformer.model.schedule import paper_optimizer
+    from tfformer.model.transformer import Transformer
+    from tfformer.train.prepare import prepare_store
+
+    steps = 3
+    store = prepare_store("builtin:200", tmp_path / "store",
+                          tokenizer=str(base / "tokenizer.model")).path
+    settings = small_settings(init_from=str(base), steps=steps, steps_per_epoch=steps,
+                              data=f"prepared:{store}", warmup_steps=None)
+    tuned = run.train(tmp_path / "tuned", settings=settings, overrides={"dropout": 0.0})
+    assert tuned.step == steps
+
+    loaded = keras.saving.load_model(base / "model.keras", compile=False)
+    config = json.loads((base / "config.json").read_text())
+    hand = Transformer(TransformerConfig.from_dict({**config, "dropout": 0.0}))
+    hand.build()
+    hand.set_weights(loaded.get_weights())
+    compile_transformer(hand, paper_optimizer(config["d_model"], 400, schedule="inverse_sqrt",
+                                              learning_rate=3e-4),
+                        label_smoothing=settings.label_smoothing)
+    loader = Loader(Store.open(store).train, batch_tokens=settings.batch_tokens,
+                    max_length=config["max_length"], seed=settings.seed,
+                    bucket_growth=default_growth(False))
+    for inputs, targets in itertools.islice(loader.batches(prefetch=0), steps):
+        hand.train_on_batch(inputs, targets)
+    assert int(hand.optimizer.iterations) == steps
+    after = keras.saving.load_model(tmp_path / "tuned" / "model.keras", compile=False)
+    moved = 0
+    for variable, expected, started in zip(after.weights, hand.weights, loaded.weights):
+        if variable.path.endswith("key_bias"):
+            # Its gradient is 0 in exact arithmetic (a softmax is shift-invariant): Adam turns
+            # the float noise left in its place into steps of +-lr, in whichever direction.
+            continue
+        np.testing.assert_allclose(variable.numpy(), expected.numpy(), rtol=0, atol=1e-7,
+                                   err_msg=variable.path)
+        moved += not np.array_equal(variable.numpy(), started.numpy())
+    assert moved == len([w for w in after.weights if not w.path.endswith("key_bias")])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+def test_fine_tuning_on_two_devices_starts_from_the_runs_weights(base, tmp_path, backend):
+    """tfformer-train --init-from on two logical CPUs (MirroredStrategy; JAX's DataParallel on
+    two host devices): two updates of the warmup (3e-4 * u / 400 at update u) move each weight
+    by about those rates from the base run's, not from a fresh initialization."""
+    import subprocess
+    import sys
+
+    from tests.test_training import env
+
+    out = tmp_path / "tuned"
+    result = subprocess.run(
+        [sys.executable, "-m", "tfformer.cli.train", "--init-from", str(base), "--out", str(out),
+         "--data", "builtin:300", "--steps", "2", "--steps-per-epoch", "2", "--devices", "2",
+         "--set", "dropout=0", "--batch-tokens", "512", "--dev-sentences", "0",
+         "--verbose", "0", "--backend", backend],
+        capture_output=True, text=True, timeout=600, env=env())
+    assert result.returncode == 0, result.stderr[-3000:]
+    strategy = "MirroredStrategy" if backend == "tensorflow" else "keras.distribution.DataParallel"
+    assert f"2 replica(s) under {strategy}" in result.stderr, result.stderr[-2000:]
+    assert json.loads((out / "init_from.json").read_text())["path"] == os.path.abspath(base)
+    rates = [3e-4 * update / 400 for update in (1, 2)]
+    changes = [np.max(np.abs(after - before)) for after, before in
+               zip(weights_of(out / "model.keras"), weights_of(base / "model.keras"))]
+    assert max(changes) <= 2 * sum(rates), max(changes)
+    # Every weight but the attention's key biases (no gradient: a softmax is shift-invariant).
+    assert sum(change > 0 for change in changes) >= len(changes) - 2, changes
+
+
+def test_a_fine_tuned_run_resumed_ends_with_the_weights_of_one_never_stopped(base, tmp_path):
+    """A resume restores the fine-tuned run's backup over the starting point's weights (not the
+    reverse): without dropout, 2 + 2 updates end where 4 uninterrupted ones do."""
+    from tfformer import run
+
+    def tuned(out, steps):
+        return run.train(out, settings=small_settings(init_from=str(base), steps=steps,
+                                                      data="builtin:200"),
+                         overrides={"dropout": 0.0})
+
+    tuned(tmp_path / "stopped", 2)
+    resumed = tuned(tmp_path / "stopped", 4)
+    whole = tuned(tmp_path / "whole", 4)
+    assert resumed.step == whole.step == 4
+    for a, b in zip(weights_of(tmp_path / "stopped" / "model.keras"),
+                    weights_of(tmp_path / "whole" / "model.keras")):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+    assert not all(np.array_equal(a, b) for a, b in zip(
+        weights_of(tmp_path / "whole" / "model.keras"), weights_of(base / "model.keras")))

@@ -4,6 +4,7 @@ Colab user runs, with TFFORMER_NOTEBOOK_SMALL=1), producing the figures they pro
 import base64
 import io
 import os
+import re
 
 import numpy as np
 import pytest
@@ -92,11 +93,17 @@ def test_notebook_runs_top_to_bottom_and_draws_its_figures(name, tmp_path, monke
         scores = [line.split()[0] for line in printed.splitlines() if line.strip()]
         assert len(scores) == 2 and all(float(s) < 0 for s in scores), printed
         # The export translates as the in-memory Translator, the same text per example.
-        [translated] = [c for c in notebook.cells if "translate_texts(EXAMPLES)" in c.source]
+        [translated] = [c for c in notebook.cells
+                        if "translator.translate_texts(EXAMPLES)" in c.source]
         texts = [line.split("  -> ")[1].rsplit("  (", 1)[0] for line in text_of(
             translated).splitlines() if "  -> " in line]
         assert [line.split(None, 1)[1] if len(line.split(None, 1)) > 1 else ""
                 for line in printed.splitlines() if line.strip()] == texts
+        # model.fit fine-tunes the imported model: its loss on held-out pairs falls.
+        before, after = map(float, re.search(
+            r"dev loss: ([\d.]+) before fine-tuning, ([\d.]+) after", output).groups())
+        assert after < before, (before, after)
+        assert (tmp_path / "opus-es-en-mine.keras").exists()
     else:
         assert len(tagged) == 2  # positional encodings, the schedule
         assert "(paper 65M)" in output and "(paper 213M)" in output
