@@ -89,6 +89,30 @@ def test_the_training_stream_stops_at_the_same_bad_line(tmp_path, data, line, re
     assert (found.path, found.line) == (second, line) and reason in found.reason
 
 
+ODD_LINES = (b"\xef\xbb\xbfBOM\tline one\r\n"  # a BOM on line 1, a CRLF
+             b"a\tb\n\xef\xbb\xbfc\td\n"  # a BOM elsewhere is text
+             b"  sp\x0baces \t\x0c tab\r\r\n"  # ASCII whitespace around both sides, two CRs
+             b"nbsp\xc2\xa0\t\xc2\xa0kept\n"  # no-break spaces are not stripped
+             b"\n \t \n\t\t\nno tab\n1\t2\t3\n\tx\ny\t\n"
+             b"\xff\xfe\tx\n\xe2\x82\tcut\n\xed\xa0\x80\tsurrogate\n"
+             b"emoji \xf0\x9f\x99\x82\t\xe4\xb8\xad\r\n\r\nlast\tno newline")
+
+
+@pytest.mark.parametrize("name", ["odd.tsv", "odd.tsv.gz"])
+def test_the_python_line_rules_are_the_graphs(tmp_path, name):
+    """tfformer.data.tsv_lines (dev and test sets, no TensorFlow) keeps and refuses the lines the
+    training stream's graph rules keep and refuse, for the same reasons."""
+    from tfformer.data.records import collect
+    from tfformer.data.tsv import tsv_records
+    from tfformer.data.tsv_lines import read_pairs
+
+    path = _write(tmp_path, name, ODD_LINES)
+    graph = collect(tsv_records([path]), path, skip_bad_lines=True)
+    pairs, skipped = read_pairs(path, skip_bad_lines=True)
+    assert pairs == graph.pairs and skipped == graph.skipped
+    assert len(pairs) >= 5 and len(skipped) >= 9, (pairs, skipped)
+
+
 def test_read_tsv_skip_bad_lines_counts_them(tmp_path):
     data = b"a\tb\nno tab\nc\td\n\t\n\xffx\ty\ne\tf\tg\nh\ti\n"
     text = read_tsv(_write(tmp_path, "mixed.tsv", data), skip_bad_lines=True)

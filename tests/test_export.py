@@ -592,6 +592,12 @@ def test_export_program_names_a_missing_run_file(tmp_path, caplog):
     assert str(tmp_path) in caplog.text
 
 
+def test_export_program_refuses_version_0_instead_of_taking_the_next(run_dir, tmp_path, caplog):
+    assert export_main([str(run_dir), "--model-base-path", str(tmp_path), "--version", "0"]) == 2
+    assert "version must be a positive integer, got 0" in caplog.text
+    assert not os.path.exists(tmp_path / "tfformer")
+
+
 def repeated_bigrams(row):
     tokens = [int(t) for t in row]
     tokens = tokens[:tokens.index(3)] if 3 in tokens else tokens  # up to EOS

@@ -589,3 +589,9 @@ def test_program_rest_api_port_0_is_off(model_base):
 def test_program_refuses_a_rest_api_port_out_of_range(port, caplog):
     assert serve_cli.main(["--model-base-path", "unused", "--rest-api-port", port]) == 2
     assert f"--rest-api-port must be a port number (0: off), got {port}" in caplog.text
+
+
+@pytest.mark.parametrize("port", ["-1", "99999"])
+def test_program_refuses_a_grpc_port_out_of_range(port, caplog):
+    assert serve_cli.main(["--model-base-path", "unused", "--port", port]) == 2
+    assert f"--port must be a port number (0: a free one), got {port}" in caplog.text

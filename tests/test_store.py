@@ -277,3 +277,33 @@ def test_packing_all_windows_at_once_is_first_fit_pair_by_pair(count, window):
     row, slot, at, rows = first_fit(source, target, 32, window)
     expected = sequential_first_fit(source.tolist(), target.tolist(), 32, window)
     assert (row.tolist(), slot.tolist(), at.tolist(), rows) == expected
+
+
+def test_prepare_program_writes_a_store_and_exits_2_on_bad_input(tmp_path, caplog):
+    """tfformer-prepare end to end (a subprocess, as a user runs it), then its refusals: the same
+    directory again, a malformed line (file and line), a missing file."""
+    import subprocess
+    import sys
+
+    from tests.test_training import env
+    from tfformer.cli.prepare import main as prepare_main
+
+    out = tmp_path / "store"
+    result = subprocess.run([sys.executable, "-m", "tfformer.cli.prepare", "--data", "builtin:300",
+                             "--out", str(out), "--vocab-size", "200"],
+                            capture_output=True, text=True, timeout=300, env=env())
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    store = Store.open(str(out))
+    assert report["store"] == str(out) and report["splits"] == store.manifest["splits"]
+    assert len(store.train) == report["splits"]["train"]["pairs"] > 200
+
+    assert prepare_main(["--data", "builtin:300", "--out", str(out)]) == 2
+    assert "holds a prepared corpus already" in caplog.text
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("uno\tone\ndos sin tabulador\ntres\tthree\n", encoding="utf-8")
+    assert prepare_main(["--data", f"tsv:{bad}", "--out", str(tmp_path / "b")]) == 2
+    assert f"{bad}:2" in caplog.text
+    assert prepare_main(["--data", f"tsv:{tmp_path / 'none.tsv'}",
+                         "--out", str(tmp_path / "c")]) == 2
+    assert "none.tsv" in caplog.text

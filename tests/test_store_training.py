@@ -147,6 +147,21 @@ def test_evaluate_scores_a_run_on_the_stores_dev_set_with_beam_search(store, who
     translator = load_keras_translator(whole_run, beam_size=2)
     sources = [s for s, _ in store.dev_pairs()]
     assert [text for text, _ in translator.translate_texts(sources[:3])] == hypotheses[:3]
+    # A TSV test set evaluates there too (TensorFlow or not): the same pairs, the same scores;
+    # a bad line is named with its file and line, exit 2.
+    test = tmp_path / "dev.tsv"
+    test.write_text("".join(f"{s}\t{t}\n" for s, t in store.dev_pairs()), encoding="utf-8")
+    from_tsv = subprocess.run(
+        [sys.executable, "-m", "tfformer.cli.evaluate", str(whole_run), "--data", f"tsv:{test}",
+         "--beam-size", "2"], env=run_env(), capture_output=True, text=True, timeout=600)
+    assert from_tsv.returncode == 0, from_tsv.stderr[-3000:]
+    scored = json.loads(from_tsv.stdout.strip().splitlines()[-1])
+    assert (scored["bleu"], scored["chrf"]) == (report["bleu"], report["chrf"])
+    test.write_text("uno\tone\nsin tabulador\n", encoding="utf-8")
+    bad = subprocess.run(
+        [sys.executable, "-m", "tfformer.cli.evaluate", str(whole_run), "--data", str(test)],
+        env=run_env(), capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 2 and f"{test}:2: no TAB separator" in bad.stderr, bad.stderr[-2000:]
 
 
 def test_the_runs_callbacks_let_keras_dispatch_the_next_step_without_waiting(store, tmp_path):

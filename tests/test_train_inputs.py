@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tfformer.data import tsv
+from tfformer.data import tsv_lines
 from tfformer.data.batching import make_stream
 from tfformer.data.builtin import builtin_pairs
 from tfformer.data.sources import DataError
@@ -42,8 +42,9 @@ def test_a_resume_checks_only_the_gzip_files_changed_since_the_scan(tmp_path, mo
         f.write(lines)
     run = RunDir(tmp_path / "run")
     checked = []
-    check = tsv.check_file
-    monkeypatch.setattr(tsv, "check_file", lambda path: (checked.append(path), check(path)))
+    check = tsv_lines.check_file
+    monkeypatch.setattr(tsv_lines, "check_file",
+                        lambda path: (checked.append(path), check(path)))
     spec = f"tsv:{train}"
     prepare(run, spec)
     assert checked.count(str(train)) == 1

@@ -7,8 +7,8 @@ put back in input order.
 
 A run directory is searched in TensorFlow's graph where TensorFlow runs the model, else step by
 step in `keras.ops` (`tfformer.decode.keras_translator`, the same tokens): with JAX alone, a run
-is evaluated on source and reference files or on a prepared store's dev set (a TSV file and a
-SavedModel need TensorFlow).
+is evaluated on a TSV file, source and reference files or a prepared store's dev set (a
+SavedModel needs TensorFlow).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import sacrebleu
 from tfformer.contract import saved_model_dir
 from tfformer.data.errors import DataError
 from tfformer.data.store import Store, is_store_spec, store_path
+from tfformer.data.tsv_lines import read_pairs
 from tfformer.decode.batch_translate import translate_in_batches
 
 TranslateBatch = Callable[[list[str]], list[str]]
@@ -83,10 +84,10 @@ def read_test_set(tsv: str | None = None, source_file: str | None = None,
         if "," in tsv or "+" in tsv:
             raise ValueError(f"a test set is one file: tsv:FILE, got tsv:{tsv}")
     if tsv:
-        from tfformer.data.tsv import read_tsv  # TensorFlow's reader: the line rules are its
-
-        text = read_tsv(tsv)
-        return [s for s, _ in text.pairs], [t for _, t in text.pairs], tsv
+        if not os.path.exists(tsv):
+            raise FileNotFoundError(f"{tsv}: no such file")
+        pairs, _ = read_pairs(tsv)  # the training stream's line rules, without TensorFlow
+        return [s for s, _ in pairs], [t for _, t in pairs], tsv
     if not (source_file and reference_file):
         raise ValueError("give a TSV file, or both a source and a reference file")
     sides = []

@@ -196,7 +196,8 @@ def export(run_dir: str | os.PathLike, model_base_path: str = "models", name: st
         from tfformer.utils.cpu import describe_bf16_support
 
         logger.info("bf16 weights: %s", describe_bf16_support())
-    version = version or next_version(os.path.join(model_base_path, name))
+    if version is None:  # 0 is refused (export_saved_model), not taken for "the next"
+        version = next_version(os.path.join(model_base_path, name))
     if check_sentences is None and os.path.exists(run.dev_sources):
         check_sentences = run.dev_sources
     if check_sentences is None:

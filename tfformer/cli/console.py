@@ -70,6 +70,19 @@ def start_logging(level: int | str = logging.INFO, log_format: str = LOG_FORMAT)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
+def report_run_time_failure(error: BaseException, logger: logging.Logger) -> bool:
+    """Logs the one line of a file the command could not write or read at run time (a
+    permission, a read-only file system, a full disk: `tfformer.utils.files.run_time_failure`)
+    and says whether `error` was one; the command then exits 1, and raises any other error."""
+    from tfformer.utils.files import run_time_failure
+
+    line = run_time_failure(error)
+    if line is None:
+        return False
+    logger.error("%s", line)
+    return True
+
+
 def prefer_onednn() -> None:
     """Asks TensorFlow for its oneDNN CPU kernels, unless TF_ENABLE_ONEDNN_OPTS is set already
     (0 keeps Eigen's). TensorFlow turns oneDNN on by itself only on CPUs with AVX-512-class

@@ -16,7 +16,12 @@ import logging
 import os
 import sys
 
-from tfformer.cli.console import DefaultsOnceFormatter, import_tensorflow, start_logging
+from tfformer.cli.console import (
+    DefaultsOnceFormatter,
+    import_tensorflow,
+    report_run_time_failure,
+    start_logging,
+)
 
 logger = logging.getLogger("tfformer.cli.evaluate")
 
@@ -56,6 +61,8 @@ def main(argv=None) -> int:
     from tfformer.utils.files import atomic_write_text
 
     try:
+        if args.out:  # before the decoding, which an unwritable --out would waste
+            check_writable(args.out)
         sources, references, test_set = read_test_set(args.data, args.src, args.ref)
         translate, model = load_translate_batch(
             args.model, checkpoint=args.checkpoint, average=args.average,
@@ -71,16 +78,35 @@ def main(argv=None) -> int:
     except (DataError, ValueError, FileNotFoundError) as error:
         logger.error("%s", error)
         return 2
+    except Exception as error:  # noqa: BLE001 (a file failure at run time: one line, exit 1)
+        if not report_run_time_failure(error, logger):
+            raise
+        return 1
     report = {"test_set": test_set, **model, "bleu": round(scores.bleu, 2),
               "chrf": round(scores.chrf, 2), "bleu_signature": scores.bleu_signature,
               "chrf_signature": scores.chrf_signature, "sentences": scores.sentences}
-    if args.out:
-        atomic_write_text(os.path.join(args.out, "hypotheses.txt"),
-                          "".join(h.replace("\n", " ") + "\n" for h in hypotheses))
-        atomic_write_text(os.path.join(args.out, "report.json"),
-                          json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     print(json.dumps(report, ensure_ascii=False))
+    if args.out:
+        try:
+            atomic_write_text(os.path.join(args.out, "hypotheses.txt"),
+                              "".join(h.replace("\n", " ") + "\n" for h in hypotheses))
+            atomic_write_text(os.path.join(args.out, "report.json"),
+                              json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+        except OSError as error:  # the scores are printed above: the decoding is not lost
+            if not report_run_time_failure(error, logger):
+                raise
+            return 1
     return 0
+
+
+def check_writable(directory: str) -> None:
+    """Creates `directory` and writes a file there, or raises the OSError that names it."""
+    from tfformer.utils.files import atomic_write_text
+
+    os.makedirs(directory, exist_ok=True)
+    probe = os.path.join(directory, ".tfformer-evaluate-probe")
+    atomic_write_text(probe, "")
+    os.remove(probe)
 
 
 if __name__ == "__main__":

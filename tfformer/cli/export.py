@@ -23,7 +23,12 @@ import json
 import logging
 import sys
 
-from tfformer.cli.console import DefaultsOnceFormatter, import_tensorflow, start_logging
+from tfformer.cli.console import (
+    DefaultsOnceFormatter,
+    import_tensorflow,
+    report_run_time_failure,
+    start_logging,
+)
 from tfformer.config import LENGTH_PENALTY_FORMS
 from tfformer.export.ctranslate2 import QUANTIZATIONS
 from tfformer.model.precision import INFERENCE_PRECISIONS
@@ -123,6 +128,10 @@ def main(argv=None) -> int:
         return 2
     except (ExportError, CTranslate2ExportError) as error:  # the export failed its own checks
         logger.error("%s", error)
+        return 1
+    except Exception as error:  # noqa: BLE001 (a file failure at run time: one line, exit 1)
+        if not report_run_time_failure(error, logger):
+            raise
         return 1
     print(json.dumps(report))
     return 0

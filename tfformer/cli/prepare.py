@@ -16,7 +16,12 @@ import json
 import logging
 import sys
 
-from tfformer.cli.console import DefaultsOnceFormatter, import_tensorflow, start_logging
+from tfformer.cli.console import (
+    DefaultsOnceFormatter,
+    import_tensorflow,
+    report_run_time_failure,
+    start_logging,
+)
 from tfformer.train.settings import DEFAULT_VOCAB_SAMPLE, TrainSettings
 
 logger = logging.getLogger("tfformer.cli.prepare")
@@ -56,6 +61,10 @@ def main(argv=None) -> int:
     except (DataError, ValueError, FileNotFoundError, FileExistsError) as error:
         logger.error("%s", error)
         return 2
+    except Exception as error:  # noqa: BLE001 (a file failure at run time: one line, exit 1)
+        if not report_run_time_failure(error, logger):
+            raise
+        return 1
     print(json.dumps({"store": prepared.path, **prepared.manifest}))
     return 0
 

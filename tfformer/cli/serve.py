@@ -102,6 +102,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.batching_parameters_file and not args.enable_batching:
         logger.error("--batching-parameters-file needs --enable-batching")
         return 2
+    if not 0 <= args.port <= 65535:
+        logger.error("--port must be a port number (0: a free one), got %d", args.port)
+        return 2
     if not 0 <= args.rest_api_port <= 65535:
         logger.error("--rest-api-port must be a port number (0: off), got %d", args.rest_api_port)
         return 2

@@ -27,6 +27,7 @@ from tfformer.cli.console import (
     DefaultsOnceFormatter,
     import_tensorflow,
     prefer_onednn,
+    report_run_time_failure,
     settings_arguments,
     start_logging,
 )
@@ -119,7 +120,9 @@ def main(argv=None) -> int:
 
         path = full_disk_path(error)
         if path is None:
-            raise
+            if not report_run_time_failure(error, logger):  # a permission, a read-only disk
+                raise
+            return 1
         logger.error("%sno space left on device. Finished work is kept: free some space and run "
                      "the same command again to resume.", f"{path}: " if path else "")
         return 1

@@ -2,8 +2,10 @@
 
 * `records`: pairs as `tf.data` records, the line rules that check them in the graph,
   `DataError` (file and line);
-* `tsv`, `tfds`: the readers of TSV files (`read_tsv` is the one TSV reader) and of TensorFlow
-  Datasets;
+* `tsv_lines` (no TensorFlow): the line rules in Python, a TSV file read into memory (dev and
+  test sets) and checked whole;
+* `tsv`, `tfds`: the streaming readers of TSV files (and `read_tsv`, a `ParallelText`) and of
+  TensorFlow Datasets;
 * `builtin`: the synthetic Spanish→English corpus (`vocabulary` tables, `grammar`);
 * `sources`: data specs and the `Corpus` each names;
 * `scan`: the one ordered pass over the training side (counts, held-out dev, vocabulary sample);

@@ -25,7 +25,7 @@ from typing import Sequence
 import tensorflow as tf
 from tensorflow.autograph.experimental import do_not_convert
 
-from tfformer.data import tsv
+from tfformer.data import tsv, tsv_lines
 from tfformer.data.builtin import builtin_pairs
 from tfformer.data.records import (
     DataError,
@@ -182,7 +182,7 @@ def open_corpus(spec: str, *, skip_bad_lines: bool = False, seed: int = 0,
         files = [path for pattern in parts[0].split("+") for path in tsv.expand(pattern, spec)]
         for path in files:
             if file_signature(path) not in checked:
-                tsv.check_file(path)
+                tsv_lines.check_file(path)
         dev = None
         if len(parts) == 2:
             dev_files = tsv.expand(parts[1], spec)

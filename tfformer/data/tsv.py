@@ -1,19 +1,18 @@
 """TSV files of ``source<TAB>target`` lines, plain or gzip (*.gz): streamed by `tsv_records`, read
-into memory by `read_tsv` (the one TSV reader: dev and test sets, `tfformer.evaluate`), and
-checked whole by `check_file` (not empty, a gzip stream not cut short)."""
+into memory by `read_tsv` (dev sets; `tfformer.data.tsv_lines` reads them without TensorFlow),
+and checked whole by `check_file` (not empty, a gzip stream not cut short)."""
 
 from __future__ import annotations
 
 import glob
-import gzip
 import os
-import zlib
 from typing import Sequence
 
 import tensorflow as tf
 from tensorflow.autograph.experimental import do_not_convert
 
-from tfformer.data.records import RECORD_BATCH, DataError, ParallelText, collect, parse_tsv_lines
+from tfformer.data.records import RECORD_BATCH, DataError, ParallelText, parse_tsv_lines
+from tfformer.data.tsv_lines import read_pairs
 
 
 def _compression(path: tf.Tensor) -> tf.Tensor:
@@ -84,31 +83,6 @@ def expand(pattern: str, spec: str) -> list[str]:
     return [pattern]
 
 
-def check_file(path: str) -> None:
-    """A file must hold something besides whitespace, and a gzip file must be whole.
-
-    tf.data's GZIP reader stops without an error where a truncated stream ends (as an
-    interrupted download leaves it), so a cut .gz would train on part of itself, its last line
-    cut mid-word. Python's gzip raises there: every .gz is decompressed once here, before the
-    scan, the training stream or a dev/test read uses it.
-    """
-    compressed = path.endswith(".gz")
-    text = False
-    try:
-        with (gzip.open if compressed else open)(path, "rb") as f:
-            while chunk := f.read(1 << 20):
-                text = text or bool(chunk.strip())
-                if text and not compressed:  # a plain file is whole: its first text will do
-                    return
-    except EOFError:
-        raise DataError(path, None, "truncated gzip file: the compressed stream ends before its "
-                        "end marker (an interrupted download or copy?)") from None
-    except (gzip.BadGzipFile, zlib.error) as error:
-        raise DataError(path, None, f"not a valid gzip file ({error})") from None
-    if not text:
-        raise DataError(path, None, "empty file")
-
-
 def file_signature(path: str) -> list:
     """[path, size, mtime]: a file that still has the signature it had when checked is taken as
     unchanged (a cut or re-written file changes its size or its mtime)."""
@@ -117,7 +91,8 @@ def file_signature(path: str) -> list:
 
 def read_tsv(path: str | os.PathLike, *, skip_bad_lines: bool = False) -> ParallelText:
     """Reads a (dev or test) file of ``source<TAB>target`` lines into memory, by the rules of
-    `parse_tsv_lines` (plain, or gzip when named *.gz).
+    `parse_tsv_lines` (`tfformer.data.tsv_lines`, their Python twin; plain, or gzip when named
+    *.gz).
 
     Raises:
         DataError: on the first bad line (unless skip_bad_lines), for an empty file, and for a
@@ -127,5 +102,5 @@ def read_tsv(path: str | os.PathLike, *, skip_bad_lines: bool = False) -> Parall
     name = os.fspath(path)
     if not os.path.exists(name):
         raise FileNotFoundError(f"{name}: no such file")
-    check_file(name)
-    return collect(tsv_records([name]), name, skip_bad_lines)
+    pairs, skipped = read_pairs(name, skip_bad_lines=skip_bad_lines)
+    return ParallelText(pairs, name, skipped)

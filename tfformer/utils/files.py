@@ -98,6 +98,36 @@ def full_disk_path(error: BaseException) -> str | None:
     return None
 
 
+_DENIED_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
+_DENIED_MESSAGES = ("Permission denied", "Read-only file system")
+
+
+def run_time_failure(error: BaseException) -> str | None:
+    """One line for a file the command could not write or read at run time, a permission, a
+    read-only file system or a full disk ("PATH: Permission denied"); None when `error` is
+    something else.
+
+    Follows the exception's causes; reads the path from h5py's message (its OSError has no
+    `filename`) or TensorFlow's (an `OpError`, not an OSError, whose first line names it).
+    """
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        text = str(error)
+        if isinstance(error, OSError) and error.errno in _DENIED_ERRNOS + _FULL_ERRNOS:
+            reason = error.strerror or os.strerror(error.errno)
+            if error.filename:
+                return f"{os.fsdecode(error.filename)}: {reason}"
+            named = re.search(r"name = '([^']*)'", text)
+            return f"{named.group(1)}: {reason}" if named else text.splitlines()[0]
+        if any(message in text for message in _DENIED_MESSAGES + _FULL_MESSAGES):
+            named = re.search(r"name = '([^']*)'", text)
+            first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+            return f"{named.group(1)}: {first}" if named else first
+        error = error.__cause__ or error.__context__
+    return None
+
+
 def wait_for_file(path: str, timeout: float) -> None:
     """Waits until another process (the chief) has written `path`."""
     deadline = time.monotonic() + timeout
