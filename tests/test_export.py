@@ -330,6 +330,31 @@ def test_every_input_and_output_of_every_signature_has_the_batch_first(exported)
                 assert len(dims) >= 1 and dims[0] == -1, (name, kind, alias, dims)
 
 
+def test_one_call_in_process_takes_every_signature_and_its_inputs(exported, translator):
+    """translate_saved_model(sentences, model, signature, **inputs) answers as the in-memory
+    Translator for every signature (n-best: k per sentence, best first)."""
+    _, path = exported
+    calls = every_signature_calls(translator)
+    expected = run_in_memory(translator, calls)
+    loaded = client.load_saved_model(path)
+    for signature, inputs in calls.items():
+        got = client.translate_saved_model(
+            SENTENCES, loaded, signature, batch_size=2,
+            **{name: values for name, values in inputs.items() if name != "inputs"})
+        if signature == "translate_nbest":
+            texts = [text for row, k in zip(np.reshape(expected[signature]["translations"],
+                                                       (len(SENTENCES), -1)), inputs["k"])
+                     for text in row[:k]]
+            assert [t.text for row in got for t in row] == texts
+            assert [len(row) for row in got] == inputs["k"]
+            continue
+        assert [t.text for t in got] == expected[signature]["translations"], signature
+        np.testing.assert_allclose([t.score for t in got], expected[signature]["scores"],
+                                   atol=1e-4)
+        if "alignments" in expected[signature]:
+            assert [t.alignment for t in got] == expected[signature]["alignments"]
+
+
 def test_sample_and_prefix_signatures_keep_their_promises(exported, translator):
     _, path = exported
     loaded = client.load_saved_model(path)
@@ -345,8 +370,12 @@ def test_sample_and_prefix_signatures_keep_their_promises(exported, translator):
     assert len({t.text for t in one}) > 4  # seeds differ: samples differ
     assert [t.text for t in sample(top_k=1, seed=list(range(12)))] == \
         [t.text for t in client.translate_saved_model(
-            sentences * 4, client.load_saved_model(path), "translate_sample",
-            inputs={"temperature": 1.0, "top_k": 1, "top_p": 1.0, "seed": 7})]
+            sentences * 4, client.load_saved_model(path), "translate_sample", top_k=1, seed=7)]
+    with pytest.warns(DeprecationWarning, match="give the signature's inputs as keywords"):
+        legacy = client.translate_saved_model(
+            sentences * 4, loaded, "translate_sample",
+            inputs={"temperature": 1.0, "top_k": 1, "top_p": 1.0, "seed": 7})
+    assert [t.text for t in legacy] == [t.text for t in sample(top_k=1, seed=7)]
     for bad, message in (({"temperature": 0.0}, r"temperature must be a number above 0"),
                          ({"temperature": float("nan")}, r"temperature must be a number"),
                          ({"top_k": -1}, r"top_k must be 0 \(off\) or more"),
@@ -501,16 +530,27 @@ def test_grpc_and_rest_round_trips_of_the_real_export_match_in_process(exported,
     with server.start_server(os.path.join(base, "tfformer"), "tfformer",
                              rest_api_port=0) as handle:
         address = handle.address
+        # One client call for every signature, its inputs by name.
         grpc_answers = {
-            "serving_default": client.translate(SENTENCES, server=address, timeout=60),
-            "translate_sample": client.translate_sample(
-                SENTENCES, **{name: calls["translate_sample"][name] for name in
-                              ("temperature", "top_k", "top_p", "seed")},
-                server=address, timeout=60),
-            "translate_prefix": client.translate_prefix(
-                SENTENCES, calls["translate_prefix"]["prefixes"], server=address, timeout=60),
-            "translate_align": client.translate_align(SENTENCES, server=address, timeout=60)}
-        nbest = client.translate_nbest(SENTENCES, beam, server=address, timeout=60)
+            signature: client.translate(SENTENCES, server=address, signature=signature,
+                                        timeout=60, **{name: values for name, values in
+                                                       inputs.items() if name != "inputs"})
+            for signature, inputs in calls.items() if signature != "translate_nbest"}
+        nbest = client.translate(SENTENCES, server=address, signature="translate_nbest", k=beam,
+                                 timeout=60)
+        # The calls of each signature before it, kept for a release, and the defaults (sampling
+        # off) that a left-out input takes.
+        assert client.translate_prefix(SENTENCES, calls["translate_prefix"]["prefixes"],
+                                       server=address, timeout=60) == \
+            grpc_answers["translate_prefix"]
+        assert client.translate_sample(SENTENCES, seed=3, server=address, timeout=60) == \
+            client.translate(SENTENCES, server=address, signature="translate_sample", seed=3,
+                             temperature=1.0, top_k=0, top_p=1.0, timeout=60)
+        with pytest.raises(ValueError, match="translate_nbest needs k"):
+            client.translate(SENTENCES, server=address, signature="translate_nbest")
+        with pytest.raises(ValueError, match="translate_sample takes temperature, top_k, top_p, "
+                                             "seed besides inputs, not beam"):
+            client.translate(SENTENCES, server=address, signature="translate_sample", beam=2)
         rows, columns = {}, {}
         for signature, inputs in calls.items():
             rows[signature] = call(handle.rest_address, predict, {

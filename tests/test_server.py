@@ -771,7 +771,9 @@ def test_cli_nbest_prints_k_scored_lines_per_sentence_from_a_server_or_a_saved_m
                 "got] [4]") in err
     assert translate_cli.main(["--server", handle.address, "--nbest", "1", "--signature",
                                "serving_default", "hola"]) == 2  # a signature without k
-    assert "Sent extra: {k}" in capsys.readouterr().err
+    # Refused by the client, before any request: the contract names each signature's inputs.
+    assert "serving_default takes no other input besides inputs, not k" in \
+        capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:
         translate_cli.main(["--server", handle.address, "--nbest", "0", "hola"])
     assert exit_info.value.code == 2

@@ -51,6 +51,9 @@ PREFIXES_NAME = "prefixes"
 INPUT_DTYPES = {INPUT_NAME: "string", NBEST_K_NAME: "int32", TEMPERATURE_NAME: "float32",
                 TOP_K_NAME: "int32", TOP_P_NAME: "float32", SEED_NAME: "int64",
                 PREFIXES_NAME: "string"}
+# What an input left out of a request means to the clients (the off values of sampling); `k`
+# and `prefixes` have none. The signatures themselves take every input they name.
+INPUT_DEFAULTS = {TEMPERATURE_NAME: 1.0, TOP_K_NAME: 0, TOP_P_NAME: 1.0, SEED_NAME: 0}
 SIGNATURE_INPUTS = {
     DEFAULT_SIGNATURE: (INPUT_NAME,),
     TRANSLATE_SIGNATURE: (INPUT_NAME,),

@@ -22,9 +22,16 @@ from tfformer.cli.console import import_tensorflow, start_logging
 from tfformer.contract import (
     ALIGN_SIGNATURE,
     DEFAULT_SIGNATURE,
+    INPUT_DEFAULTS,
+    NBEST_K_NAME,
     NBEST_SIGNATURE,
     PREFIX_SIGNATURE,
+    PREFIXES_NAME,
     SAMPLE_SIGNATURE,
+    SEED_NAME,
+    TEMPERATURE_NAME,
+    TOP_K_NAME,
+    TOP_P_NAME,
 )
 from tfformer.decode.batch_translate import translate_in_batches
 from tfformer.serving.defaults import (
@@ -77,15 +84,16 @@ def build_parser() -> argparse.ArgumentParser:
                              "lines 'SCORE<TAB>TRANSLATION' (1 <= K <= the export's beam size)")
     parser.add_argument("--sample", action="store_true",
                         help=f"sample each translation ({SAMPLE_SIGNATURE}) instead of searching")
-    parser.add_argument("--temperature", type=float, default=1.0,
+    parser.add_argument("--temperature", type=float, default=INPUT_DEFAULTS[TEMPERATURE_NAME],
                         help="with --sample: divides the log-probabilities (> 0; default "
                              "%(default)s)")
-    parser.add_argument("--top-k", type=int, default=0, metavar="K",
-                        help="with --sample: draw from the K likeliest pieces (default 0: all)")
-    parser.add_argument("--top-p", type=float, default=1.0, metavar="P",
+    parser.add_argument("--top-k", type=int, default=INPUT_DEFAULTS[TOP_K_NAME], metavar="K",
+                        help="with --sample: draw from the K likeliest pieces (default "
+                             "%(default)s: all)")
+    parser.add_argument("--top-p", type=float, default=INPUT_DEFAULTS[TOP_P_NAME], metavar="P",
                         help="with --sample: draw from the likeliest pieces that hold "
-                             "probability P (in (0, 1]; default 1: all)")
-    parser.add_argument("--seed", type=int, default=0,
+                             "probability P (in (0, 1]; default %(default)s: all)")
+    parser.add_argument("--seed", type=int, default=INPUT_DEFAULTS[SEED_NAME],
                         help="with --sample: the same seed and sentence give the same sample "
                              "(>= 0; default %(default)s)")
     parser.add_argument("--prefix", default=None, metavar="TEXT",
@@ -119,18 +127,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                       ("--alignments", args.alignments)) if given]
     if len(modes) > 1:
         parser.error(f"{' and '.join(modes)} call different signatures: choose one")
-    sampling_flags = [flag for flag, value, default in (
-        ("--temperature", args.temperature, 1.0), ("--top-k", args.top_k, 0),
-        ("--top-p", args.top_p, 1.0), ("--seed", args.seed, 0)) if value != default]
+    sampling = {TEMPERATURE_NAME: args.temperature, TOP_K_NAME: args.top_k,
+                TOP_P_NAME: args.top_p, SEED_NAME: args.seed}
+    sampling_flags = [f"--{name.replace('_', '-')}" for name, value in sampling.items()
+                      if value != INPUT_DEFAULTS[name]]
     if sampling_flags and not args.sample:
         parser.error(f"{', '.join(sampling_flags)} need --sample")
     nbest = args.nbest
+    mode = modes[0] if modes else ""
     signature = args.signature or {"--nbest": NBEST_SIGNATURE, "--sample": SAMPLE_SIGNATURE,
                                    "--prefix": PREFIX_SIGNATURE,
-                                   "--alignments": ALIGN_SIGNATURE}.get(
-        modes[0] if modes else "", DEFAULT_SIGNATURE)
-    sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                    seed=args.seed)
+                                   "--alignments": ALIGN_SIGNATURE}.get(mode, DEFAULT_SIGNATURE)
+    # The signature's inputs besides the sentences.
+    inputs = {"--nbest": {NBEST_K_NAME: nbest}, "--sample": sampling,
+              "--prefix": {PREFIXES_NAME: args.prefix}}.get(mode, {})
     prog = parser.prog
     lines = iter(args.sentences) if args.sentences else _stdin_lines()
     if args.target_language is not None:
@@ -147,15 +157,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         TranslationError,
         load_saved_model,
         translate,
-        translate_align,
-        translate_nbest,
-        translate_prefix,
-        translate_sample,
         translate_saved_model,
-        translate_saved_model_align,
-        translate_saved_model_nbest,
-        translate_saved_model_prefix,
-        translate_saved_model_sample,
     )
 
     refused_in_process: tuple[type[Exception], ...] = ()  # errors that mean bad input, in process
@@ -169,40 +171,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             model = load_saved_model(args.saved_model)
 
             def run(batch):
-                if nbest:
-                    return translate_saved_model_nbest(batch, nbest, model, signature,
-                                                       args.batch_size)
-                if args.sample:
-                    return translate_saved_model_sample(batch, model, **sampling,
-                                                        signature=signature,
-                                                        batch_size=args.batch_size)
-                if args.prefix is not None:
-                    return translate_saved_model_prefix(batch, args.prefix, model, signature,
-                                                        args.batch_size)
-                if args.alignments:
-                    return translate_saved_model_align(batch, model, signature, args.batch_size)
-                return translate_saved_model(batch, model, signature, args.batch_size)
+                return translate_saved_model(batch, model, signature, args.batch_size, **inputs)
         else:
             channel = grpc.insecure_channel(args.server)
 
             def run(batch):
-                if nbest:
-                    return translate_nbest(batch, nbest, args.server, args.model, signature,
-                                           args.timeout, channel, batch_size=args.batch_size)
-                if args.sample:
-                    return translate_sample(batch, **sampling, server=args.server,
-                                            model=args.model, signature=signature,
-                                            timeout=args.timeout, channel=channel,
-                                            batch_size=args.batch_size)
-                if args.prefix is not None:
-                    return translate_prefix(batch, args.prefix, args.server, args.model,
-                                            signature, args.timeout, channel,
-                                            batch_size=args.batch_size)
-                if args.alignments:
-                    return translate_align(batch, args.server, args.model, signature,
-                                           args.timeout, channel, batch_size=args.batch_size)
                 return translate(batch, args.server, args.model, signature, args.timeout,
-                                 channel, batch_size=args.batch_size)
+                                 channel, batch_size=args.batch_size, **inputs)
 
         for batch in translate_in_batches(run, lines, args.batch_size):
             for translations in batch:

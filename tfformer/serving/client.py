@@ -3,14 +3,14 @@
 ``translate()`` speaks the official ``tensorflow.serving.PredictionService`` protocol, so it works
 unchanged against ``tensorflow_model_server`` and against ``tfformer.serving.server`` (the local
 stand-in), and without importing TensorFlow (see `tfformer.serving.protos`): a client process
-starts in a fraction of a second.
-``translate_saved_model()`` calls the SavedModel's signature in this process instead.
-``translate_nbest()`` and ``translate_saved_model_nbest()`` return the k best hypotheses of each
-sentence (the ``translate_nbest`` signature); ``translate_sample()`` samples a translation
-(``translate_sample``), ``translate_prefix()`` continues a given start of the translation
-(``translate_prefix``), ``translate_align()`` adds each translation's word alignment
-(``translate_align``). Their parameters take one value for every sentence or a list of one per
-sentence: each is an input [batch] of the signature.
+starts in a fraction of a second. ``translate_saved_model()`` calls the SavedModel's signature
+in this process instead. Both take any signature of the export (``tfformer.contract``) and its
+inputs by name: ``translate(sentences, signature="translate_nbest", k=4)`` gives the 4 best
+hypotheses of each sentence, ``signature="translate_sample", temperature=0.8`` a sample,
+``signature="translate_prefix", prefixes="Hello"`` a continuation, ``signature=
+"translate_align"`` each translation's word alignment. Each input takes one value for every
+sentence or a list of one per sentence: each is an input [batch] of the signature. A new
+signature adds no function here: the contract names its inputs.
 
 The ``tfformer-translate`` command (`tfformer.cli.translate`) wraps both.
 """
@@ -21,6 +21,7 @@ import dataclasses
 import logging
 import operator
 import os
+import warnings
 from typing import Any, Iterable, Optional, Sequence
 
 import grpc
@@ -28,6 +29,7 @@ import grpc
 from tfformer.contract import (
     ALIGN_SIGNATURE,
     DEFAULT_SIGNATURE,
+    INPUT_DEFAULTS,
     INPUT_DTYPES,
     INPUT_NAME,
     NBEST_K_NAME,
@@ -39,6 +41,7 @@ from tfformer.contract import (
     PREFIXES_NAME,
     SAMPLE_SIGNATURE,
     SEED_NAME,
+    SIGNATURE_INPUTS,
     TEMPERATURE_NAME,
     TOP_K_NAME,
     TOP_P_NAME,
@@ -247,6 +250,34 @@ def _predict_over_grpc(sentences: Sequence[str], server: str, timeout: float,
             channel.close()
 
 
+def signature_inputs(signature: str, given: dict[str, Any], count: int) -> dict[str, Any]:
+    """The inputs of `signature` besides ``inputs``, by name, for `count` sentences: each one
+    given (one value for every sentence, or a list of one per sentence), the others their
+    defaults (``tfformer.contract.INPUT_DEFAULTS``). A signature the contract does not name
+    takes what is given."""
+    names = SIGNATURE_INPUTS.get(signature)
+    if names is None:
+        return dict(given)
+    names = [name for name in names if name != INPUT_NAME]
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise ValueError(f"{signature} takes {', '.join(names) or 'no other input'} besides "
+                         f"{INPUT_NAME}, not {', '.join(unknown)}")
+    feeds = {}
+    for name in names:
+        if name in given:
+            feeds[name] = given[name]
+        elif name in INPUT_DEFAULTS:
+            feeds[name] = INPUT_DEFAULTS[name]
+        else:
+            raise ValueError(f"{signature} needs {name}")
+    if NBEST_K_NAME in feeds:
+        feeds[NBEST_K_NAME] = _check_ks(feeds[NBEST_K_NAME], count)
+    if PREFIXES_NAME in feeds and not isinstance(feeds[PREFIXES_NAME], str):
+        feeds[PREFIXES_NAME] = list(feeds[PREFIXES_NAME])
+    return feeds
+
+
 def translate(
     sentences: Sequence[str],
     server: str = DEFAULT_SERVER,
@@ -257,49 +288,61 @@ def translate(
     *,
     version: Optional[int] = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
-) -> list[Translation]:
-    """Translate ``sentences`` with a TF Serving (or ``tfformer.serving.server``) model over gRPC.
+    **inputs: Any,
+) -> list[Translation] | list[list[Translation]]:
+    """Translate ``sentences`` with a TF Serving (or ``tfformer.serving.server``) model over gRPC,
+    with any of its signatures (``tfformer.contract``) and that signature's inputs by name,
+    each one value for every sentence or a list of one per sentence::
+
+        translate(sentences, server=SERVER)                                 # serving_default
+        translate(sentences, server=SERVER, signature="translate_nbest", k=4)
+        translate(sentences, server=SERVER, signature="translate_sample", temperature=0.8,
+                  top_p=0.9, seed=[1, 2])
+        translate(sentences, server=SERVER, signature="translate_prefix", prefixes="Hello")
+
+    An input left out takes its default (``contract.INPUT_DEFAULTS``: sampling's off values;
+    ``k`` and ``prefixes`` are needed). ``translate_nbest`` gives a list of k ``Translation``s per
+    sentence, best first; ``translate_align`` each with its ``alignment``.
 
     One Predict call per ``batch_size`` sentences, each with ``timeout`` seconds. ``channel`` is
     used (and left open) when given; otherwise a channel to ``server`` is opened and closed.
     ``version`` pins ``ModelSpec.version``. Raises ``TranslationError`` (with ``.code`` and
-    ``.details``) on any gRPC error or a response that does not fit the model's contract.
+    ``.details``) on any gRPC error (a value out of range: INVALID_ARGUMENT) or a response that
+    does not fit the model's contract; ``ValueError`` for an input the signature does not take.
     """
+    sentences = _check_sentences(sentences)
+    feeds = signature_inputs(signature, inputs, len(sentences))
     return _predict_over_grpc(sentences, server, timeout, channel, batch_size, model,
-                              signature, version)
+                              signature, version, inputs=feeds, nbest=NBEST_K_NAME in feeds,
+                              alignments=signature == ALIGN_SIGNATURE)
 
+
+# The calls of each signature before `translate` took them all, kept for one release.
 
 def translate_nbest(sentences: Sequence[str], k: int | Sequence[int],
                     server: str = DEFAULT_SERVER, model: str = DEFAULT_MODEL,
                     signature: str = NBEST_SIGNATURE, timeout: float = DEFAULT_TIMEOUT,
                     channel: Optional[grpc.Channel] = None, *, version: Optional[int] = None,
                     batch_size: int = DEFAULT_BATCH_SIZE) -> list[list[Translation]]:
-    """The ``k`` best translations of each sentence, best first, over gRPC (as ``translate``);
-    ``k`` is one number for every sentence or a list of one per sentence.
-
-    ``k`` above the export's beam size is refused by the model: ``TranslationError`` with
-    ``INVALID_ARGUMENT``.
-    """
-    sentences = _check_sentences(sentences)
-    return _predict_over_grpc(sentences, server, timeout, channel, batch_size, model,
-                              signature, version,
-                              inputs={NBEST_K_NAME: _check_ks(k, len(sentences))}, nbest=True)
+    """``translate(..., signature="translate_nbest", k=k)``."""
+    return translate(sentences, server, model, signature, timeout, channel, version=version,
+                     batch_size=batch_size, k=k)
 
 
-def translate_sample(sentences: Sequence[str], temperature: float | Sequence[float] = 1.0,
-                     top_k: int | Sequence[int] = 0, top_p: float | Sequence[float] = 1.0,
-                     seed: int | Sequence[int] = 0, server: str = DEFAULT_SERVER,
+def translate_sample(sentences: Sequence[str],
+                     temperature: float | Sequence[float] = INPUT_DEFAULTS[TEMPERATURE_NAME],
+                     top_k: int | Sequence[int] = INPUT_DEFAULTS[TOP_K_NAME],
+                     top_p: float | Sequence[float] = INPUT_DEFAULTS[TOP_P_NAME],
+                     seed: int | Sequence[int] = INPUT_DEFAULTS[SEED_NAME],
+                     server: str = DEFAULT_SERVER,
                      model: str = DEFAULT_MODEL, signature: str = SAMPLE_SIGNATURE,
                      timeout: float = DEFAULT_TIMEOUT, channel: Optional[grpc.Channel] = None,
                      *, version: Optional[int] = None,
                      batch_size: int = DEFAULT_BATCH_SIZE) -> list[Translation]:
-    """A sampled translation of each sentence, over gRPC (as ``translate``): ``temperature``
-    (> 0), ``top_k`` (0: off), ``top_p`` (in (0, 1]; 1: off) and ``seed`` (>= 0; the same seed
-    and sentence give the same sample), each one value or one per sentence. The score is the
-    model's log P of the sample. A value out of range: ``TranslationError`` INVALID_ARGUMENT."""
-    return _predict_over_grpc(sentences, server, timeout, channel, batch_size, model,
-                              signature, version,
-                              inputs=_sample_inputs(temperature, top_k, top_p, seed))
+    """``translate(..., signature="translate_sample", temperature=, top_k=, top_p=, seed=)``."""
+    return translate(sentences, server, model, signature, timeout, channel, version=version,
+                     batch_size=batch_size, temperature=temperature, top_k=top_k, top_p=top_p,
+                     seed=seed)
 
 
 def translate_prefix(sentences: Sequence[str], prefixes: str | Sequence[str],
@@ -307,11 +350,9 @@ def translate_prefix(sentences: Sequence[str], prefixes: str | Sequence[str],
                      signature: str = PREFIX_SIGNATURE, timeout: float = DEFAULT_TIMEOUT,
                      channel: Optional[grpc.Channel] = None, *, version: Optional[int] = None,
                      batch_size: int = DEFAULT_BATCH_SIZE) -> list[Translation]:
-    """Translations that start with ``prefixes`` (target-side text, one for every sentence
-    or one per sentence; "" for none), over gRPC (as ``translate``); the score is the
-    continuation's."""
-    return _predict_over_grpc(sentences, server, timeout, channel, batch_size, model,
-                              signature, version, inputs=_prefix_inputs(prefixes))
+    """``translate(..., signature="translate_prefix", prefixes=prefixes)``."""
+    return translate(sentences, server, model, signature, timeout, channel, version=version,
+                     batch_size=batch_size, prefixes=prefixes)
 
 
 def translate_align(sentences: Sequence[str], server: str = DEFAULT_SERVER,
@@ -319,19 +360,9 @@ def translate_align(sentences: Sequence[str], server: str = DEFAULT_SERVER,
                     timeout: float = DEFAULT_TIMEOUT, channel: Optional[grpc.Channel] = None, *,
                     version: Optional[int] = None,
                     batch_size: int = DEFAULT_BATCH_SIZE) -> list[Translation]:
-    """``translate``'s translations, each with its ``alignment`` (Pharaoh "i-j" pairs of
-    source and target pieces), over gRPC."""
-    return _predict_over_grpc(sentences, server, timeout, channel, batch_size, model,
-                              signature, version, alignments=True)
-
-
-def _sample_inputs(temperature, top_k, top_p, seed) -> dict[str, Any]:
-    return {TEMPERATURE_NAME: temperature, TOP_K_NAME: top_k, TOP_P_NAME: top_p,
-            SEED_NAME: seed}
-
-
-def _prefix_inputs(prefixes: str | Sequence[str]) -> dict[str, Any]:
-    return {PREFIXES_NAME: prefixes if isinstance(prefixes, str) else list(prefixes)}
+    """``translate(..., signature="translate_align")``."""
+    return translate(sentences, server, model, signature, timeout, channel, version=version,
+                     batch_size=batch_size)
 
 
 # --------------------------------------------------------------------------------------------
@@ -365,27 +396,36 @@ def _signature(saved_model: Any, signature: str) -> Any:
 
 def translate_saved_model(sentences: Sequence[str], saved_model: Any,
                           signature: str = DEFAULT_SIGNATURE,
-                          batch_size: int = DEFAULT_BATCH_SIZE, *,
-                          inputs: Optional[dict[str, Any]] = None,
-                          alignments: bool = False) -> list[Translation]:
-    """Translate in process with a loaded SavedModel (from ``load_saved_model``) or a path;
-    ``inputs``: the signature's other inputs, as for ``make_predict_request`` (see
-    ``translate_saved_model_sample`` and ``translate_saved_model_prefix``); ``alignments``:
-    read that output too (``translate_saved_model_align``)."""
+                          batch_size: int = DEFAULT_BATCH_SIZE,
+                          **inputs: Any) -> list[Translation] | list[list[Translation]]:
+    """``translate`` in this process, with a loaded SavedModel (from ``load_saved_model``) or a
+    path: any signature, its inputs by name, the same results. A value out of range raises
+    tf.errors.InvalidArgumentError."""
     import tensorflow as tf
 
+    legacy = inputs.pop(INPUT_NAME, None)  # this call's dict of inputs, before they were keywords
+    if legacy is not None or inputs.pop("alignments", None) is not None:
+        warnings.warn("translate_saved_model(inputs={...}, alignments=...) is deprecated: give "
+                      "the signature's inputs as keywords; the signature says whether it has "
+                      "alignments", DeprecationWarning, stacklevel=2)
+        inputs = {**(legacy or {}), **inputs}
     sentences = _check_sentences(sentences)
     function = _signature(saved_model, signature)
-    rows = _batch_inputs(inputs or {}, len(sentences))
+    feeds = signature_inputs(signature, inputs, len(sentences))
+    rows = _batch_inputs(feeds, len(sentences))
+    nbest, alignments = NBEST_K_NAME in feeds, signature == ALIGN_SIGNATURE
 
-    def call(indices: list[int]) -> list[Translation]:
-        feeds = {INPUT_NAME: tf.constant([sentences[i] for i in indices], dtype=tf.string)}
-        for name in inputs or {}:
-            feeds[name] = tf.constant([rows[i][name] for i in indices],
+    def call(indices: list[int]) -> list:
+        batch = {INPUT_NAME: tf.constant([sentences[i] for i in indices], dtype=tf.string)}
+        for name in feeds:
+            batch[name] = tf.constant([rows[i][name] for i in indices],
                                       dtype=tf.as_dtype(INPUT_DTYPES[name]))
-        outputs = function(**feeds)
-        return _decode(outputs[OUTPUT_TRANSLATIONS].numpy(), outputs[OUTPUT_SCORES].numpy(),
-                       outputs[OUTPUT_ALIGNMENTS].numpy() if alignments else None)
+        outputs = function(**batch)
+        texts, scores = outputs[OUTPUT_TRANSLATIONS].numpy(), outputs[OUTPUT_SCORES].numpy()
+        if nbest:
+            return [_decode(texts[row, :rows[i][NBEST_K_NAME]], scores[row, :rows[i][NBEST_K_NAME]])
+                    for row, i in enumerate(indices)]
+        return _decode(texts, scores, outputs[OUTPUT_ALIGNMENTS].numpy() if alignments else None)
 
     return [translation for batch in translate_in_batches(call, range(len(sentences)),
                                                           batch_size)
@@ -393,52 +433,36 @@ def translate_saved_model(sentences: Sequence[str], saved_model: Any,
 
 
 def translate_saved_model_sample(sentences: Sequence[str], saved_model: Any,
-                                 temperature: float | Sequence[float] = 1.0,
-                                 top_k: int | Sequence[int] = 0,
-                                 top_p: float | Sequence[float] = 1.0,
-                                 seed: int | Sequence[int] = 0,
+                                 temperature: float | Sequence[float] =
+                                 INPUT_DEFAULTS[TEMPERATURE_NAME],
+                                 top_k: int | Sequence[int] = INPUT_DEFAULTS[TOP_K_NAME],
+                                 top_p: float | Sequence[float] = INPUT_DEFAULTS[TOP_P_NAME],
+                                 seed: int | Sequence[int] = INPUT_DEFAULTS[SEED_NAME],
                                  signature: str = SAMPLE_SIGNATURE,
                                  batch_size: int = DEFAULT_BATCH_SIZE) -> list[Translation]:
-    """``translate_sample`` in process."""
+    """``translate_saved_model(..., signature="translate_sample", ...)``."""
     return translate_saved_model(sentences, saved_model, signature, batch_size,
-                                 inputs=_sample_inputs(temperature, top_k, top_p, seed))
+                                 temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
 
 
 def translate_saved_model_prefix(sentences: Sequence[str], prefixes: str | Sequence[str],
                                  saved_model: Any, signature: str = PREFIX_SIGNATURE,
                                  batch_size: int = DEFAULT_BATCH_SIZE) -> list[Translation]:
-    """``translate_prefix`` in process."""
+    """``translate_saved_model(..., signature="translate_prefix", prefixes=prefixes)``."""
     return translate_saved_model(sentences, saved_model, signature, batch_size,
-                                 inputs=_prefix_inputs(prefixes))
+                                 prefixes=prefixes)
 
 
 def translate_saved_model_align(sentences: Sequence[str], saved_model: Any,
                                 signature: str = ALIGN_SIGNATURE,
                                 batch_size: int = DEFAULT_BATCH_SIZE) -> list[Translation]:
-    """``translate_align`` in process."""
-    return translate_saved_model(sentences, saved_model, signature, batch_size, alignments=True)
+    """``translate_saved_model(..., signature="translate_align")``."""
+    return translate_saved_model(sentences, saved_model, signature, batch_size)
 
 
 def translate_saved_model_nbest(sentences: Sequence[str], k: int | Sequence[int],
                                 saved_model: Any, signature: str = NBEST_SIGNATURE,
                                 batch_size: int = DEFAULT_BATCH_SIZE
                                 ) -> list[list[Translation]]:
-    """The ``k`` best translations of each sentence, best first, in process (as
-    ``translate_saved_model``); a ``k`` the model refuses raises tf.errors.InvalidArgumentError."""
-    import tensorflow as tf
-
-    sentences = _check_sentences(sentences)
-    ks = _check_ks(k, len(sentences))
-    function = _signature(saved_model, signature)
-
-    def call(indices: list[int]) -> list[list[Translation]]:
-        wanted = [ks[i] for i in indices]
-        outputs = function(**{INPUT_NAME: tf.constant([sentences[i] for i in indices],
-                                                      dtype=tf.string),
-                              NBEST_K_NAME: tf.constant(wanted, dtype=tf.int32)})
-        texts, scores = outputs[OUTPUT_TRANSLATIONS].numpy(), outputs[OUTPUT_SCORES].numpy()
-        return [_decode(texts[row, :count], scores[row, :count])
-                for row, count in enumerate(wanted)]
-
-    return [row for batch in translate_in_batches(call, range(len(sentences)), batch_size)
-            for row in batch]
+    """``translate_saved_model(..., signature="translate_nbest", k=k)``."""
+    return translate_saved_model(sentences, saved_model, signature, batch_size, k=k)
