@@ -1,6 +1,6 @@
 """What `import tfformer` promises: it stays light, a program still chooses the Keras backend
 after it, Keras' own `load_model` finds tfformer's classes after it in either import order, and
-the module names from before the package's folders still import, warning where they moved."""
+each module has one name."""
 
 import json
 import os
@@ -9,8 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
-from tfformer.utils.imports import MOVED_MODULES, MOVED_NAMES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OLD_RUN = os.path.join(ROOT, "tests", "data", "run-v0.1")  # saved before the folders existed
@@ -93,40 +91,11 @@ print(json.dumps({"light": light, "backend": keras.backend.backend(),
     assert found == {"light": True, "backend": "jax", "model": "tfformer.model.transformer"}
 
 
-def test_every_old_module_name_imports_warns_and_forwards_to_its_new_home():
-    found = run_python("""
-import importlib, json, warnings
-import tfformer
-from tfformer.utils.imports import MOVED_MODULES, MOVED_NAMES
-result = {}
-for old, new in MOVED_MODULES.items():
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        module = importlib.import_module(old)
-    target = importlib.import_module(new)
-    public = [n for n in dir(target) if not n.startswith("_")]
-    same = all(getattr(module, n) is getattr(target, n) for n in public)
-    moved = {n: getattr(module, n) is getattr(importlib.import_module(m), n)
-             for n, m in MOVED_NAMES.get(new, {}).items()}
-    result[old] = {"warned": [str(w.message) for w in caught
-                              if issubclass(w.category, DeprecationWarning)],
-                   "same": same, "public": len(public), "moved": moved}
-print(json.dumps(result))
-""")
-    assert sorted(found) == sorted(MOVED_MODULES)
-    for old, new in MOVED_MODULES.items():
-        assert found[old]["warned"] == [
-            f"{old} moved to {new}; the old name goes in the release after next"], old
-        assert found[old]["same"] and found[old]["public"] > 0, old
-        assert all(found[old]["moved"].values()), (old, found[old]["moved"])
-    assert set(MOVED_NAMES) <= set(MOVED_MODULES.values())
-
-
-def test_moved_names_live_in_their_new_module_only():
+def test_each_module_has_one_name():
+    """No forwarding of the names from before the folders (no release shipped them): the old
+    name is not found, the module imports under its name."""
     import importlib
 
-    for old, names in MOVED_NAMES.items():
-        for name, new in names.items():
-            value = getattr(importlib.import_module(new), name)
-            # The old module may use it (imported from the new one), never define its own.
-            assert getattr(importlib.import_module(old), name, value) is value, (old, name)
+    with pytest.raises(ModuleNotFoundError, match="tfformer.search"):
+        importlib.import_module("tfformer.search")
+    assert importlib.import_module("tfformer.decode.search").__name__ == "tfformer.decode.search"

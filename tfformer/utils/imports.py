@@ -1,118 +1,25 @@
-"""What `import tfformer` sets up without importing anything heavy.
+"""What `import tfformer` sets up without importing anything heavy: Keras finds tfformer's
+classes in a saved file.
 
-* **The old module names.** The package's modules moved into one folder per layer; for one
-  release each old name (`tfformer.search`, `tfformer.tokenizer`, ...) still imports, as a module
-  that forwards to the new one and warns once (DeprecationWarning) where it is imported.
-* **Keras finds tfformer's classes in a saved file.** A `.keras` file names them
-  `tfformer>Transformer`, `tfformer>MultiHeadAttention`, ...; Keras imports a class's module by
-  itself only for its own packages and KerasHub, so `keras.saving.load_model` would fail until
-  something imported tfformer's model. `import tfformer` cannot import the model (it would load
-  Keras before a program chooses the backend), so Keras' registry is taught to load tfformer's
-  serializable modules when it is first asked for a `tfformer>` name: when Keras is already
-  imported, or else as soon as it is.
+A `.keras` file names them `tfformer>Transformer`, `tfformer>MultiHeadAttention`, ...; Keras
+imports a class's module by itself only for its own packages and KerasHub, so
+`keras.saving.load_model` would fail until something imported tfformer's model. `import tfformer`
+cannot import the model (it would load Keras before a program chooses the backend), so Keras'
+registry is taught to load tfformer's serializable modules when it is first asked for a
+`tfformer>` name: when Keras is already imported, or else as soon as it is (`on_import`, which
+`tfformer.serving.protos` uses too).
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.machinery
 import sys
-import types
-import warnings
 from typing import Callable
 
-# Old dotted module name -> its home now. The old names go in the release after next.
-MOVED_MODULES = {
-    "tfformer.attention_maps": "tfformer.decode.attention_maps",
-    "tfformer.backends": "tfformer.utils.backends",
-    "tfformer.batch_translate": "tfformer.decode.batch_translate",
-    "tfformer.callbacks": "tfformer.train.callbacks",
-    "tfformer.checkpoints": "tfformer.train.checkpoints",
-    "tfformer.compat": "tfformer.model.compat",
-    "tfformer.compilations": "tfformer.train.compilations",
-    "tfformer.ctranslate2_export": "tfformer.export.ctranslate2",
-    "tfformer.data.run_data": "tfformer.train.inputs",
-    "tfformer.distribute": "tfformer.train.devices",
-    "tfformer.eager_search": "tfformer.decode.keras_search",
-    "tfformer.files": "tfformer.utils.files",
-    "tfformer.layers": "tfformer.model.layers",
-    "tfformer.layers.attention": "tfformer.model.layers.attention",
-    "tfformer.layers.decoder": "tfformer.model.layers.decoder",
-    "tfformer.layers.embedding": "tfformer.model.layers.embedding",
-    "tfformer.layers.encoder": "tfformer.model.layers.encoder",
-    "tfformer.layers.feed_forward": "tfformer.model.layers.feed_forward",
-    "tfformer.layers.kernels": "tfformer.model.layers.kernels",
-    "tfformer.layers.residual": "tfformer.model.layers.residual",
-    "tfformer.layers.stack": "tfformer.model.layers.stack",
-    "tfformer.losses": "tfformer.model.losses",
-    "tfformer.plots": "tfformer.train.plots",
-    "tfformer.precision": "tfformer.model.precision",
-    "tfformer.run_dir": "tfformer.utils.run_dir",
-    "tfformer.run_state": "tfformer.train.state",
-    "tfformer.run_steps": "tfformer.train.steps",
-    "tfformer.schedule": "tfformer.model.schedule",
-    "tfformer.search": "tfformer.decode.search",
-    "tfformer.settings": "tfformer.train.settings",
-    "tfformer.tokenizer": "tfformer.data.tokenizer",
-    "tfformer.training": "tfformer.train.fit",
-    "tfformer.translator": "tfformer.decode.translator",
-    "tfformer.validate": "tfformer.utils.checks",
-}
-# Names that left their old module for another one (old module -> {name: new module}).
-MOVED_NAMES = {
-    "tfformer.train.fit": {"compile_transformer": "tfformer.model.compile_transformer"},
-    "tfformer.train.state": {"RunState": "tfformer.train.callbacks.run_state"},
-    "tfformer.train.checkpoints": {
-        "KeepLastCheckpoints": "tfformer.train.callbacks.keep_last_checkpoints"},
-    "tfformer.train.inputs": {"LogDataCounters": "tfformer.train.callbacks.data_logs",
-                              "LogBatchShapes": "tfformer.train.callbacks.data_logs"},
-    "tfformer.model.precision": {name: "tfformer.utils.cpu" for name in (
-        "BF16_CPU_FLAGS", "MATMUL_CPU_FLAGS", "cpu_flags", "matmul_flags", "bf16_flags",
-        "describe_bf16_support")} | {"has_accelerator": "tfformer.utils.backends"},
-}
 # The modules whose classes a saved model names (`tfformer>...`): importing them registers them.
 SERIALIZABLE_MODULES = ("tfformer.model.transformer", "tfformer.model.losses",
                         "tfformer.model.schedule", "tfformer.model.adam")
 _REGISTERED_PREFIX = "tfformer>"
-
-
-def _forwarding_module(old: str) -> types.ModuleType:
-    new = MOVED_MODULES[old]
-    module = types.ModuleType(old, f"Deprecated: moved to {new}.")
-    moved_names = MOVED_NAMES.get(new, {})
-
-    def __getattr__(name: str):
-        if name in moved_names:
-            return getattr(importlib.import_module(moved_names[name]), name)
-        return getattr(importlib.import_module(new), name)
-
-    def __dir__():
-        return sorted(set(dir(importlib.import_module(new))) | set(moved_names))
-
-    module.__getattr__ = __getattr__
-    module.__dir__ = __dir__
-    module.__path__ = []  # a package, so that the old names of its submodules import too
-    return module
-
-
-# The finders and loaders below follow importlib's protocols without subclassing importlib.abc,
-# whose import (importlib.resources, tempfile, ...) would triple `import tfformer`'s time.
-class _MovedModuleFinder:
-    """Imports an old module name as a module that forwards to the new one."""
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname in MOVED_MODULES:
-            return importlib.machinery.ModuleSpec(fullname, self)
-        return None
-
-    def create_module(self, spec):
-        # stacklevel 2: the import statement (warnings skips importlib's own frames)
-        warnings.warn(f"{spec.name} moved to {MOVED_MODULES[spec.name]}; the old name goes in "
-                      "the release after next", DeprecationWarning, stacklevel=2)
-        return _forwarding_module(spec.name)
-
-    def exec_module(self, module):
-        pass
 
 
 class _LazyRegistry(dict):
@@ -149,6 +56,8 @@ def _teach_keras() -> None:
     registration.GLOBAL_CUSTOM_OBJECTS = _LazyRegistry(registration.GLOBAL_CUSTOM_OBJECTS)
 
 
+# The finder and loader below follow importlib's protocols without subclassing importlib.abc,
+# whose import (importlib.resources, tempfile, ...) would triple `import tfformer`'s time.
 class _ImportHooks:
     """Runs callables around the next loading of named modules: each `before(module)` ahead of
     the module's own code, each `after(module)` once it ran (`on_import`)."""
@@ -206,9 +115,7 @@ def on_import(name: str, *, before: Callable | None = None,
 
 
 def install() -> None:
-    """Sets up both (once per process)."""
-    if not any(isinstance(f, _MovedModuleFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _MovedModuleFinder())
+    """Teaches Keras' registry now, or when Keras is imported (once per process)."""
     if "keras" in sys.modules:
         _teach_keras()
     elif "keras" not in _IMPORT_HOOKS.hooks:
