@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from tfformer.model.layers import kernels
+from tfformer.model.layers import attention, kernels
 from tfformer.model.layers.attention import (
     MultiHeadAttention,
     ScaledDotProductAttention,
@@ -125,18 +125,18 @@ def test_a_bf16_step_multiplies_as_float32_does_on_either_kernel(shape, transpos
     keys = tf.cast(rng.normal(size=(rows, heads, positions, d_k)), tf.bfloat16)
     weights = tf.cast(rng.uniform(size=(rows, heads, 1, positions)), tf.bfloat16)
     a, b = (query, keys) if transpose_b else (weights, keys)
-    assert (int(tf.size(b)) >= kernels.BF16_ONEDNN_FROM) == (rows == 16)  # both kernels run
+    assert (int(tf.size(b)) >= attention.BF16_ONEDNN_FROM) == (rows == 16)  # both kernels run
     reference = np.matmul(np.float32(a), np.swapaxes(np.float32(b), -1, -2) if transpose_b
                           else np.float32(b))
-    for product in (kernels.batch_matmul(a, b, transpose_b),
-                    tf.function(kernels.batch_matmul)(a, b, transpose_b)):
+    for product in (attention.batch_matmul(a, b, transpose_b),
+                    tf.function(attention.batch_matmul)(a, b, transpose_b)):
         assert product.dtype == tf.bfloat16 and product.shape == reference.shape
         np.testing.assert_allclose(np.float32(product), reference, rtol=2e-2,
                                    atol=2e-2 * np.abs(reference).max())
 
     def op_types(dtype):
         spec = tf.TensorSpec([None, heads, 1, d_k], dtype)
-        function = tf.function(kernels.batch_matmul).get_concrete_function(
+        function = tf.function(attention.batch_matmul).get_concrete_function(
             spec, tf.TensorSpec([None, heads, None, d_k], dtype), True)
         definition = function.graph.as_graph_def()
         return {node.op for node in definition.node} | {

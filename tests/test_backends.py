@@ -21,7 +21,7 @@ from keras import ops
 
 from tfformer import Transformer, compile_transformer
 from tfformer.config import TransformerConfig
-from tfformer.model.layers import kernels
+from tfformer.model.layers import attention
 from tfformer.model.layers.attention import (
     MultiHeadAttention,
     ScaledDotProductAttention,
@@ -291,7 +291,7 @@ def test_dot_product_attention_and_fused_attention_equal_numpy_eq_1(kind):
     got = ops.dot_product_attention(q, k, v, mask=ops.convert_to_tensor(mask),
                                     scale=1.0 / np.sqrt(8))
     np.testing.assert_allclose(to_numpy(got), expected, atol=1e-5)
-    fused = kernels.fused_attention(ops.convert_to_tensor(q), ops.convert_to_tensor(k),
+    fused = attention.fused_attention(ops.convert_to_tensor(q), ops.convert_to_tensor(k),
                                     ops.convert_to_tensor(v), ops.convert_to_tensor(mask))
     if BACKEND == "tensorflow":
         assert fused is None  # TensorFlow's fast form is the explicit one
@@ -304,7 +304,7 @@ def attention_calls(monkeypatch):
     """Counts calls of the fused form (and how many of them computed it) and of the explicit
     ScaledDotProductAttention."""
     calls = {"fused": 0, "fused_computed": 0, "explicit": 0}
-    fused, explicit = kernels.fused_attention, ScaledDotProductAttention.call
+    fused, explicit = attention.fused_attention, ScaledDotProductAttention.call
 
     def counting_fused(*args, **kwargs):
         result = fused(*args, **kwargs)
@@ -317,7 +317,7 @@ def attention_calls(monkeypatch):
         calls["explicit"] += 1
         return explicit(self, *args, **kwargs)
 
-    monkeypatch.setattr(kernels, "fused_attention", counting_fused)
+    monkeypatch.setattr(attention, "fused_attention", counting_fused)
     monkeypatch.setattr(ScaledDotProductAttention, "call", counting_explicit)
     return calls
 

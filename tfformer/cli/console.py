@@ -86,8 +86,8 @@ def report_run_time_failure(error: BaseException, logger: logging.Logger) -> boo
 def prefer_onednn() -> None:
     """Asks TensorFlow for its oneDNN CPU kernels, unless TF_ENABLE_ONEDNN_OPTS is set already
     (0 keeps Eigen's). TensorFlow turns oneDNN on by itself only on CPUs with AVX-512-class
-    features; on AVX2-only ones a training step is ~1.6x faster with it (benchmarks/onednn.py),
-    while decoding gains nothing reliable, so only training asks. TensorFlow reads the variable
+    features; on AVX2-only ones a training step is faster with it, while decoding gains nothing
+    reliable (docs/results.md, "oneDNN"), so only training asks. TensorFlow reads the variable
     once, at its import: once it is imported (tfformer-train's main called from Python) the
     variable is left alone, so that it does not pass to the caller's later subprocesses."""
     if "tensorflow" not in sys.modules:

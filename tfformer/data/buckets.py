@@ -13,8 +13,7 @@ from tfformer.utils.checks import check_at_least
 
 DEFAULT_BUCKET_GROWTH = 1.1  # as much padding as padding each batch to its longest pair
 # Where every new shape is one more program to compile (TensorFlow's jit_compile, JAX): about
-# half the shapes for some more padding (on the Bible corpus 13 shapes and 14% padding, against
-# 30 and 8% with 1.1; benchmarks/batch_shapes.py).
+# half the shapes for some more padding (docs/results.md, "Batch shapes and XLA").
 COMPILED_BUCKET_GROWTH = 1.25
 
 

@@ -11,7 +11,11 @@ import keras
 from keras import ops
 
 from tfformer.model.layers import kernels
+from tfformer.model.layers.kernels import ON_TENSORFLOW
 from tfformer.special_tokens import BOS_ID, PAD_ID
+
+if ON_TENSORFLOW:
+    import tensorflow as tf
 
 
 def label_smoothed_cross_entropy(labels, logits, label_smoothing: float,
@@ -82,7 +86,7 @@ class MaskedLabelSmoothedCrossEntropy(keras.losses.Loss):
         weights = ops.cast(ops.not_equal(ops.cast(y_true, "int32"), self.pad_id), "float32")
         if sample_weight is not None:
             weights = weights * ops.cast(sample_weight, "float32")
-        tokens, replicas = kernels.sum_over_replicas(ops.sum(weights))
+        tokens, replicas = sum_over_replicas(ops.sum(weights))
         # Keras computes sum(loss * w) / size / replicas; this w makes it sum(loss * mask) / tokens.
         size = ops.cast(ops.size(weights), "float32")
         weights = weights * ops.divide_no_nan(size * replicas, tokens)
@@ -158,3 +162,14 @@ class Perplexity(_MaskedTokenMean):
 
     def result(self):
         return ops.exp(ops.divide_no_nan(self.total, self.count))
+
+
+def sum_over_replicas(value):
+    """(value summed over the tf.distribute replicas in sync, their number): what a per-replica
+    step needs for a global mean. Other backends compute on the global batch: (value, 1)."""
+    if ON_TENSORFLOW:
+        context = tf.distribute.get_replica_context()
+        if context is not None and context.num_replicas_in_sync > 1:
+            return (context.all_reduce(tf.distribute.ReduceOp.SUM, value),
+                    context.num_replicas_in_sync)
+    return value, 1

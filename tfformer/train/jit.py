@@ -1,13 +1,12 @@
 """`--jit auto`: XLA-compiled train steps on packed rows where they pay, chosen for the machine at
 hand, as `--mixed-precision auto` chooses bf16 (`tfformer.model.precision`).
 
-Where they pay (`benchmarks/batch_shapes.py`, the tiny preset on the Bible corpus; results.md):
+Where they pay (docs/results.md, "Batch shapes and XLA"):
 - a GPU or TPU: compiled steps are the rule there, and one batch shape is one compilation;
-- a CPU without AVX-512 (AVX2): packed rows with `--jit` trained 1.33x plain TensorFlow's
-  target tokens per second, the first 200 updates in 0.78x the time.
-Where they do not: a CPU with AVX-512, where TensorFlow's own kernels (oneDNN) already train as
-many target tokens per second (1.00x) in float32, and more in bf16. Several TensorFlow replicas
-cannot compile their step in Keras 3 (keras-team/keras#19005), so they train plain too.
+- a CPU without AVX-512 (AVX2): packed rows with `--jit` train faster than plain TensorFlow.
+Where they do not: a CPU with AVX-512, where TensorFlow's own kernels (oneDNN) train as fast
+in float32, and faster in bf16. Several TensorFlow replicas cannot compile their step in Keras 3
+(keras-team/keras#19005), so they train plain too.
 
 Imports no TensorFlow or Keras (the settings are resolved before the model is built).
 """

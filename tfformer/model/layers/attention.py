@@ -2,16 +2,126 @@
 
 Masks follow `keras.layers.MultiHeadAttention`: a boolean `attention_mask` of shape
 [batch, T_q, T_k] (or broadcastable to it) where True means "may attend". Written in
-`keras.ops`: the layers run on every Keras backend (the backend-specific fast forms are in
-`tfformer.model.layers.kernels`).
+`keras.ops`: the layers run on every Keras backend. Where TensorFlow needs its own ops for
+speed (BatchMatMulV3 and a written-out softmax in a one-token decoding step), they are used when
+`kernels.ON_TENSORFLOW`; elsewhere (JAX, PyTorch) attention goes through
+`keras.ops.dot_product_attention`, which dispatches to cuDNN flash attention on a GPU
+(`fused_attention`).
 """
 
 from __future__ import annotations
+
+import functools
 
 import keras
 from keras import ops
 
 from tfformer.model.layers import kernels
+from tfformer.model.layers.kernels import ON_TENSORFLOW
+
+if ON_TENSORFLOW:
+    import tensorflow as tf
+
+
+def _one_query_row(x) -> bool:
+    """Whether x [..., T_q, n] statically has one query row: a cached decoding step."""
+    return len(x.shape) >= 2 and x.shape[-2] == 1
+
+
+# bfloat16, one query row: from this many elements of `b` (the keys or values of a step) on,
+# oneDNN's BatchMatMulV2 beats Eigen's V3: V2 has a fixed cost per call, while Eigen's bf16 V3
+# costs more per element, so V3 wins on small steps and V2 on large ones (a batch, a beam).
+# 2^18 lies between the sizes at which each wins on an AVX512_BF16 CPU.
+BF16_ONEDNN_FROM = 1 << 18
+
+
+def batch_matmul(a, b, transpose_b: bool = False):
+    """[..., m, k] x [..., k, n] (or [..., n, k] with transpose_b).
+
+    TensorFlow: as BatchMatMulV3 when m is 1 (a decoding step). TF's oneDNN graph rewrite turns
+    BatchMatMulV2 (what tf.matmul emits) into a kernel with a fixed cost per call, which
+    dominates a one-token step; it leaves BatchMatMulV3 to Eigen, faster there (but slower on
+    the square blocks of training). Both are core TF ops, which stock TF Serving
+    has. The CPU has no float16 V3 kernel. In bfloat16 Eigen's V3 is slow per element, so a
+    step over large keys/values (a batch of sentences, a beam) takes oneDNN's V2 instead:
+    chosen as the graph runs (`BF16_ONEDNN_FROM`), since the batch size is known only then.
+    """
+    if ON_TENSORFLOW:
+        def onednn():
+            return tf.matmul(a, b, transpose_b=transpose_b)
+
+        def eigen():
+            return tf.raw_ops.BatchMatMulV3(x=a, y=b, Tout=a.dtype, adj_x=False,
+                                            adj_y=transpose_b)
+
+        if not _one_query_row(a) or a.dtype == tf.float16:
+            return onednn()
+        if a.dtype == tf.bfloat16:
+            return tf.cond(tf.size(b) >= BF16_ONEDNN_FROM, onednn, eigen)
+        return eigen()
+    return ops.matmul(a, ops.swapaxes(b, -1, -2) if transpose_b else b)
+
+
+def softmax(scores):
+    """Softmax over the last axis.
+
+    TensorFlow: written out when there is one query row (a decoding step): oneDNN's Softmax
+    kernel has a fixed cost per call that exceeds the five element-wise ops on such a row.
+    Elsewhere the fused op is faster and has a fused gradient.
+    """
+    if scores.shape[-1] == 1:
+        # One key (an empty source: EOS alone) takes all the weight. Keras' softmax would warn
+        # that a softmax over one element is always 1, which here is the point.
+        return ops.ones_like(scores)
+    if ON_TENSORFLOW and _one_query_row(scores):
+        exponentials = tf.exp(scores - tf.reduce_max(scores, axis=-1, keepdims=True))
+        return exponentials / tf.reduce_sum(exponentials, axis=-1, keepdims=True)
+    return ops.softmax(scores, axis=-1)
+
+
+def fused_attention(query, key, value, attention_mask=None):
+    """softmax(Q K^T / sqrt(d_k)) V in one call, on backends whose `dot_product_attention`
+    can fuse it (cuDNN flash attention on a GPU under JAX and PyTorch); None on TensorFlow, whose
+    explicit form above is its fast one. Inputs in the heads layout [batch, T, h, d_k];
+    `attention_mask` boolean, broadcastable to [batch, h, T_q, T_k]."""
+    if ON_TENSORFLOW or _float16_on_jax_cpu(query.dtype):
+        return None
+    if attention_mask is not None and _on_jax_gpu():
+        # cuDNN takes a mask only as a full [batch, 1, T_q, T_k] bias: given a broadcastable one
+        # (a padding mask [batch, 1, 1, T_k]), Keras logs the failure and falls back to XLA's
+        # attention. Spelled out, every attention layer runs cuDNN's flash kernel.
+        attention_mask = ops.broadcast_to(attention_mask, (
+            ops.shape(query)[0], 1, ops.shape(query)[1], ops.shape(key)[1]))
+    return ops.dot_product_attention(query, key, value, mask=attention_mask,
+                                     scale=1.0 / query.shape[-1] ** 0.5)
+
+
+@functools.cache
+def _on_jax_gpu() -> bool:
+    if keras.backend.backend() != "jax":
+        return False
+    import jax
+
+    return jax.default_backend() == "gpu"
+
+
+def _float16_on_jax_cpu(dtype) -> bool:
+    # jax.nn.dot_product_attention multiplies float16 into float32, which XLA's CPU dot lacks
+    # ("The precision 'F16_F16_F32' is not supported by dot_general on CPU").
+    if keras.backend.standardize_dtype(dtype) != "float16" or keras.backend.backend() != "jax":
+        return False
+    import jax
+
+    return jax.default_backend() == "cpu"
+
+
+def swap_positions_and_heads(x, heads: int, depth: int):
+    """[batch, T, h, d_k] <-> [batch, h, T, d_k], for the layer's h = `heads` and d_k = `depth`.
+    Where T is 1 (a decoding step's one position) both hold the same memory: a reshape, not the
+    copy a transpose makes (on TensorFlow a oneDNN reorder per call)."""
+    if heads > 1 and 1 in x.shape[1:3]:  # with h > 1, the axis of size 1 is T
+        return ops.reshape(x, (-1, heads, 1, depth) if x.shape[1] == 1 else (-1, 1, heads, depth))
+    return ops.transpose(x, (0, 2, 1, 3))
 
 
 def padding_mask(ids, pad_id: int):
@@ -81,13 +191,13 @@ class ScaledDotProductAttention(keras.layers.Layer):
     def call(self, query, key, value, attention_mask=None, training=None):
         # Scaling the queries (T_q rows) is cheaper than scaling the scores (T_q x T_k).
         scale = ops.cast(1.0 / float(query.shape[-1]) ** 0.5, query.dtype)  # d_k
-        scores = kernels.batch_matmul(query * scale, key, transpose_b=True)
+        scores = batch_matmul(query * scale, key, transpose_b=True)
         if attention_mask is not None:
             fill = ops.cast(kernels.masked_fill_value(scores.dtype), scores.dtype)
             scores = ops.where(attention_mask, scores, fill)
         # Softmax in float32 even under mixed precision: the exponentials overflow fp16.
-        weights = ops.cast(kernels.softmax(ops.cast(scores, "float32")), query.dtype)
-        output = kernels.batch_matmul(self._dropout_layer(weights, training=training), value)
+        weights = ops.cast(softmax(ops.cast(scores, "float32")), query.dtype)
+        output = batch_matmul(self._dropout_layer(weights, training=training), value)
         return output, weights
 
     def get_config(self):
@@ -185,7 +295,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def _swap(self, x):
         """[batch, T, h, d_k] <-> [batch, h, T, d_k]."""
-        return kernels.swap_positions_and_heads(x, self.num_heads, self.key_dim)
+        return swap_positions_and_heads(x, self.num_heads, self.key_dim)
 
     def _heads_first(self, x):
         """The heads layout -> [batch, h, T, d_k], what `ScaledDotProductAttention` takes."""
@@ -217,7 +327,7 @@ class MultiHeadAttention(keras.layers.Layer):
         if attention_mask is not None:
             attention_mask = ops.expand_dims(ops.cast(attention_mask, "bool"), 1)  # over h
         explicit = return_attention_scores or (training and self.dropout > 0)
-        context = None if explicit else kernels.fused_attention(q, keys, values, attention_mask)
+        context = None if explicit else fused_attention(q, keys, values, attention_mask)
         if context is None:
             context, weights = self.attention(
                 self._heads_first(q), self._heads_first(keys), self._heads_first(values),

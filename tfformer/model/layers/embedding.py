@@ -177,9 +177,9 @@ class SharedEmbedding(keras.layers.Layer):
         """E^T, [d_model, vocab], in the compute dtype: a decoding loop computes it once per
         call and gives it to every step's `logits`. Without oneDNN (TensorFlow's default on
         CPUs without AVX-512), TensorFlow's CPU MatMul multiplies a few rows by a transposed
-        table far slower than by one laid out [d_model, vocab] (benchmarks/results/
-        logits_layout.json), and Grappler folds a Transpose beside the MatMul back into it:
-        made outside the loop, the transpose stays."""
+        table far slower than by one laid out [d_model, vocab] (docs/results.md, "Deployment
+        formats", CPUs without AVX-512), and Grappler folds a Transpose beside the MatMul back
+        into it: made outside the loop, the transpose stays."""
         return ops.transpose(ops.cast(self.embeddings, self.compute_dtype))
 
     def compute_output_shape(self, ids_shape):
