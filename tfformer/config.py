@@ -21,6 +21,7 @@ SINUSOID_CHOICES = ("interleaved", "halves")
 LENGTH_PENALTY_FORMS = ("gnmt", "power")
 # Learning-rate schedules (`tfformer.model.schedule`): the paper's, and those of continued training.
 LR_SCHEDULES = ("noam", "inverse_sqrt", "constant")
+PAPER_WARMUP_STEPS = 4000  # updates of linear warmup of the Noam schedule (§5.3)
 # Fields of TransformerConfig that only act during training.
 TRAINING_ONLY = ("dropout", "attention_dropout")
 # Fields that configs written before the architecture/training/decoding split carried.

@@ -22,6 +22,7 @@ from tfformer.cli.console import (
     report_run_time_failure,
     start_logging,
 )
+from tfformer.config import DecodingConfig
 
 logger = logging.getLogger("tfformer.cli.evaluate")
 
@@ -39,7 +40,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--average", type=int, default=None, metavar="K",
                         help="evaluate the average of the run's last K checkpoints (§6.1)")
     parser.add_argument("--beam-size", type=int, default=None, help="1 = greedy (default 4)")
-    parser.add_argument("--length-penalty", type=float, default=None, help="alpha (default 0.6)")
+    parser.add_argument("--length-penalty", type=float, default=None,
+                        help=f"alpha (default {DecodingConfig.length_penalty})")
     parser.add_argument("--max-output-extra", type=int, default=None,
                         help="output tokens allowed beyond the source's length (default 50)")
     parser.add_argument("--batch-size", type=int, default=32, help="sentences per call")

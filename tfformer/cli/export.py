@@ -29,7 +29,7 @@ from tfformer.cli.console import (
     report_run_time_failure,
     start_logging,
 )
-from tfformer.config import LENGTH_PENALTY_FORMS
+from tfformer.config import LENGTH_PENALTY_FORMS, DecodingConfig
 from tfformer.export.ctranslate2 import QUANTIZATIONS
 from tfformer.model.precision import INFERENCE_PRECISIONS
 
@@ -53,7 +53,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--beam-size", type=int, default=None,
                         help="1 = greedy (default: 4, as in the paper)")
     parser.add_argument("--length-penalty", type=float, default=None,
-                        help="alpha (default: 0.6, as in the paper)")
+                        help=f"alpha (default: {DecodingConfig.length_penalty}, as in the paper)")
     parser.add_argument("--length-penalty-form", choices=LENGTH_PENALTY_FORMS, default=None,
                         help="gnmt: ((5 + |Y|) / 6) ** alpha, the paper's (default); power: "
                              "|Y| ** alpha, as Hugging Face's generate (an imported OPUS-MT "

@@ -21,13 +21,14 @@ import keras
 import numpy as np
 from keras import ops, tree
 
+from tfformer.config import DecodingConfig as PAPER  # the paper's decoding defaults
 from tfformer.decode import rules
 from tfformer.decode.alignments import alignment_indices, pharaoh_text
 from tfformer.decode.sampling import sample_np
 from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 
-def greedy_search(model, source_ids: np.ndarray, max_output_extra: int = 50, *,
+def greedy_search(model, source_ids: np.ndarray, max_output_extra: int = PAPER.max_output_extra, *,
                   no_repeat_ngram: int = 0,
                   prefix_ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Greedy decoding of int [batch, S] PAD-padded, EOS-terminated source ids.
@@ -45,10 +46,12 @@ def greedy_search(model, source_ids: np.ndarray, max_output_extra: int = 50, *,
     return tokens[:, 1:steps + 1], scores
 
 
-def beam_search(model, source_ids: np.ndarray, beam_size: int = 4, alpha: float = 0.6,
-                max_output_extra: int = 50, n_best: int = 1, *, no_repeat_ngram: int = 0,
-                prefix_ids: np.ndarray | None = None,
-                length_penalty_form: str = "gnmt") -> tuple[np.ndarray, np.ndarray]:
+def beam_search(model, source_ids: np.ndarray, beam_size: int = PAPER.beam_size,
+                alpha: float = PAPER.length_penalty,
+                max_output_extra: int = PAPER.max_output_extra, n_best: int = 1, *,
+                no_repeat_ngram: int = 0, prefix_ids: np.ndarray | None = None,
+                length_penalty_form: str = PAPER.length_penalty_form
+                ) -> tuple[np.ndarray, np.ndarray]:
     """Beam search with the length penalty of §6.1, by `tfformer.decode.rules` (token-identical
     to `tfformer.decode.search.beam_search` on the same weights).
 
@@ -220,7 +223,7 @@ def _padded_for_compilation(source_ids: np.ndarray, prefix_ids: np.ndarray | Non
 
 
 def sample_search(model, source_ids: np.ndarray, temperature, top_k, top_p, seeds,
-                  max_output_extra: int = 50) -> tuple[np.ndarray, np.ndarray]:
+                  max_output_extra: int = PAPER.max_output_extra) -> tuple[np.ndarray, np.ndarray]:
     """Sampling as `tfformer.decode.search.sample_search` does it, on the same random numbers
     (`tfformer.decode.sampling`): per sentence temperature (> 0), top_k (0: off), top_p (in
     (0, 1]; 1: off) and seed (>= 0), arrays of [batch]. One Python step per token.
@@ -260,7 +263,7 @@ def sample_search(model, source_ids: np.ndarray, temperature, top_k, top_p, seed
 
 def _search_texts(model, tokenizer, sentences: Sequence[str], max_output_extra: int,
                   beam_size: int, alpha: float, no_repeat_ngram: int,
-                  length_penalty_form: str = "gnmt"):
+                  length_penalty_form: str = PAPER.length_penalty_form):
     """(pieces, source ids, best tokens [batch, T], their scores) of `translate_texts`."""
     pieces = getattr(tokenizer, "pieces", tokenizer)
     source_ids = pieces.encode_source(sentences)
@@ -275,9 +278,11 @@ def _search_texts(model, tokenizer, sentences: Sequence[str], max_output_extra: 
     return pieces, source_ids, tokens, scores
 
 
-def translate_texts(model, tokenizer, sentences: Sequence[str], max_output_extra: int = 50,
-                    beam_size: int = 1, alpha: float = 0.6, no_repeat_ngram: int = 0,
-                    length_penalty_form: str = "gnmt") -> list[tuple[str, float]]:
+def translate_texts(model, tokenizer, sentences: Sequence[str],
+                    max_output_extra: int = PAPER.max_output_extra, beam_size: int = 1,
+                    alpha: float = PAPER.length_penalty, no_repeat_ngram: int = 0,
+                    length_penalty_form: str = PAPER.length_penalty_form
+                    ) -> list[tuple[str, float]]:
     """(translation, score) of each sentence, in order: greedy search (score log P(Y)) for
     beam_size 1, else beam search (log P(Y) / lp(Y)).
 
@@ -293,8 +298,9 @@ def translate_texts(model, tokenizer, sentences: Sequence[str], max_output_extra
 
 
 def translate_texts_aligned(model, tokenizer, sentences: Sequence[str],
-                            max_output_extra: int = 50, beam_size: int = 1, alpha: float = 0.6,
-                            no_repeat_ngram: int = 0, length_penalty_form: str = "gnmt"
+                            max_output_extra: int = PAPER.max_output_extra, beam_size: int = 1,
+                            alpha: float = PAPER.length_penalty, no_repeat_ngram: int = 0,
+                            length_penalty_form: str = PAPER.length_penalty_form
                             ) -> list[tuple[str, float, str]]:
     """`translate_texts` with each translation's alignment, as the export's `translate_align`
     gives it (`tfformer.decode.alignments`): (translation, score, "i-j ...")."""

@@ -34,13 +34,14 @@ from __future__ import annotations
 
 from keras import ops
 
+from tfformer.config import DecodingConfig as PAPER  # the paper's decoding defaults
 from tfformer.model.layers import kernels
 from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 NEG_INF = -1e9  # finite, so that -inf - -inf never makes a NaN score
 
 
-def length_penalty(length, alpha: float, form: str = "gnmt"):
+def length_penalty(length, alpha: float, form: str = PAPER.length_penalty_form):
     """lp(Y), float32: ((5 + |Y|) / 6) ** alpha (form "gnmt", §6.1), or |Y| ** alpha ("power",
     Hugging Face's generate and fairseq's), |Y| = `length`."""
     length = ops.cast(length, "float32")
@@ -185,7 +186,7 @@ class BeamRules:
     """
 
     def __init__(self, k: int, alpha: float, max_lengths, prefix_lengths=None,
-                 layout=GrowingSequences, form: str = "gnmt"):
+                 layout=GrowingSequences, form: str = PAPER.length_penalty_form):
         self.k = k
         self.alpha = alpha
         self.form = form

@@ -25,6 +25,7 @@ from typing import NamedTuple
 import tensorflow as tf
 from tensorflow.autograph.experimental import do_not_convert
 
+from tfformer.config import DecodingConfig as PAPER  # the paper's decoding defaults
 from tfformer.decode import sampling
 from tfformer.decode.rules import (
     NEG_INF,
@@ -167,7 +168,7 @@ def _as_graph(search, model, tensors: tuple, static: dict) -> SearchResult:
 # do_not_convert: the searches are graph ops (one tf.while_loop); a tf.function that calls them
 # traces them as they are, without autograph rewriting their Python (or the model's) on the way.
 @do_not_convert
-def greedy_search(model, source_ids: tf.Tensor, max_output_extra: int = 50,
+def greedy_search(model, source_ids: tf.Tensor, max_output_extra: int = PAPER.max_output_extra,
                   use_cache: bool = True, *, no_repeat_ngram: int = 0,
                   prefix_ids: tf.Tensor | None = None) -> SearchResult:
     """Picks the most probable token at each step.
@@ -196,8 +197,9 @@ def _greedy_search(model, source_ids, prefix_ids, *, max_output_extra, use_cache
 
 @do_not_convert
 def sample_search(model, source_ids: tf.Tensor, temperature: tf.Tensor, top_k: tf.Tensor,
-                  top_p: tf.Tensor, seeds: tf.Tensor, max_output_extra: int = 50,
-                  use_cache: bool = True, *, no_repeat_ngram: int = 0,
+                  top_p: tf.Tensor, seeds: tf.Tensor,
+                  max_output_extra: int = PAPER.max_output_extra, use_cache: bool = True, *,
+                  no_repeat_ngram: int = 0,
                   prefix_ids: tf.Tensor | None = None) -> SearchResult:
     """Draws each token from the model's distribution (`tfformer.decode.sampling.sample`).
 
@@ -229,11 +231,12 @@ def _sample_search(model, source_ids, temperature, top_k, top_p, seeds, prefix_i
 
 
 @do_not_convert
-def beam_search(model, source_ids: tf.Tensor, beam_size: int = 4, alpha: float = 0.6,
-                max_output_extra: int = 50, n_best: int = 1,
+def beam_search(model, source_ids: tf.Tensor, beam_size: int = PAPER.beam_size,
+                alpha: float = PAPER.length_penalty,
+                max_output_extra: int = PAPER.max_output_extra, n_best: int = 1,
                 use_cache: bool = True, *, no_repeat_ngram: int = 0,
                 prefix_ids: tf.Tensor | None = None,
-                length_penalty_form: str = "gnmt") -> SearchResult:
+                length_penalty_form: str = PAPER.length_penalty_form) -> SearchResult:
     """Beam search with the GNMT length penalty (§6.1: k = 4, alpha = 0.6).
 
     Args:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import keras
 
+from tfformer.config import PAPER_WARMUP_STEPS
 from tfformer.model.losses import MaskedAccuracy, MaskedLabelSmoothedCrossEntropy, Perplexity
 from tfformer.model.schedule import paper_optimizer
 from tfformer.model.transformer import Transformer
 
 
 def compile_transformer(model: Transformer, optimizer: keras.optimizers.Optimizer | None = None,
-                        *, label_smoothing: float = 0.1, warmup_steps: int = 4000,
+                        *, label_smoothing: float = 0.1,
+                        warmup_steps: int = PAPER_WARMUP_STEPS,
                         **compile_kwargs) -> Transformer:
     """Compiles `model` with the paper's loss (§5.4) and, by default, its optimizer (§5.3).
 

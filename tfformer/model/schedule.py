@@ -16,7 +16,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from tfformer.config import LR_SCHEDULES
+from tfformer.config import LR_SCHEDULES, PAPER_WARMUP_STEPS
 from tfformer.model.adam import Adam
 from tfformer.utils.checks import check_at_least
 
@@ -46,7 +46,7 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
         micro_batches_per_update: the optimizer's `gradient_accumulation_steps` (1 without).
     """
 
-    def __init__(self, d_model: int, warmup_steps: int = 4000, scale: float = 1.0,
+    def __init__(self, d_model: int, warmup_steps: int = PAPER_WARMUP_STEPS, scale: float = 1.0,
                  micro_batches_per_update: int = 1):
         check_at_least("micro_batches_per_update", micro_batches_per_update)
         self.d_model = d_model
@@ -106,7 +106,7 @@ def make_schedule(name: str, *, d_model: int, warmup_steps: int, scale: float = 
     return InverseSqrtSchedule(learning_rate, warmup_steps, micro_batches_per_update)
 
 
-def paper_optimizer(d_model: int, warmup_steps: int = 4000, scale: float = 1.0,
+def paper_optimizer(d_model: int, warmup_steps: int = PAPER_WARMUP_STEPS, scale: float = 1.0,
                     gradient_accumulation_steps: int | None = None, *,
                     schedule: str = "noam", learning_rate: float | None = None,
                     **adam_kwargs) -> Adam:

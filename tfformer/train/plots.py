@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from tfformer.config import PAPER_WARMUP_STEPS
 from tfformer.utils.files import atomic_write
 from tfformer.utils.run_dir import RunDir
 
@@ -109,7 +110,7 @@ def plot_attention_grid(maps: AttentionMaps, kind: str = "decoder_cross"):
     return fig
 
 
-def plot_schedule(d_model: int, warmup_steps: int = 4000, steps: int = 100_000,
+def plot_schedule(d_model: int, warmup_steps: int = PAPER_WARMUP_STEPS, steps: int = 100_000,
                   scale: float = 1.0):
     """The learning rate of §5.3 (eq. 3) over `steps` updates, with the peak at the warmup.
 

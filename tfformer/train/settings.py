@@ -16,7 +16,13 @@ import os
 from dataclasses import field
 from typing import Callable
 
-from tfformer.config import LR_SCHEDULES, PRESETS, TransformerConfig, get_preset
+from tfformer.config import (
+    LR_SCHEDULES,
+    PAPER_WARMUP_STEPS,
+    PRESETS,
+    TransformerConfig,
+    get_preset,
+)
 from tfformer.model.precision import CHOICES as PRECISIONS
 from tfformer.train.jit import AUTO_PACK_LENGTH
 from tfformer.train.jit import CHOICES as JIT_CHOICES
@@ -30,7 +36,6 @@ DEFAULT_VOCAB_SAMPLE = 1_000_000  # sentences: the vocabulary's time and memory 
 
 # Warmup (§5.3) of a preset's training when the run does not set one: tiny's runs are short.
 PRESET_WARMUP_STEPS = {"tiny": 400}
-PAPER_WARMUP_STEPS = 4000
 # Continued training (init_from): OPUS-MT's fine-tuning recipe (OPUS-MT-train's
 # finetune/Makefile, Marian `--learn-rate 0.0003 --lr-warmup 16000 --lr-decay-inv-sqrt 16000`):
 # a fresh inverse-sqrt schedule peaking at 3e-4. Its 16000 warmup updates are for budgets of
