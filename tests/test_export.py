@@ -411,12 +411,12 @@ def test_translator_takes_any_batch_with_one_trace(translator):
 
 
 def test_greedy_translator_equals_beam_search_of_one_without_length_penalty(run_dir):
-    # The Translator sends beam_size=1 to greedy_search; beam_search(k=1, alpha=0) is the same
-    # search by another code path, through the same tokenizer.
+    # The Translator sends beam_size=1 to greedy_search; beam_search(k=1, length_penalty=0) is
+    # the same search by another code path, through the same tokenizer.
     greedy = load_translator(run_dir, beam_size=1, max_output_extra=EXTRA)
     tokenizer = greedy.tokenizer
     source_ids = tokenizer.encode_source(tf.constant(SENTENCES)).to_tensor(default_value=0)
-    beam = beam_search(greedy.model, source_ids, beam_size=1, alpha=0.0,
+    beam = beam_search(greedy.model, source_ids, beam_size=1, length_penalty=0.0,
                        max_output_extra=greedy.max_output_extra)
     by_greedy_search = greedy_search(greedy.model, source_ids, greedy.max_output_extra)
     np.testing.assert_array_equal(beam.tokens[:, 0].numpy(), by_greedy_search.tokens[:, 0].numpy())

@@ -102,6 +102,28 @@ def test_a_seed_gives_one_sample_on_every_backend(search_model, search_sources):
         assert score == pytest.approx(log_probs[np.arange(length), row[:length]].sum(), abs=1e-4)
 
 
+def test_sampling_takes_a_prefix_and_the_repetition_guard_on_every_backend(search_model,
+                                                                           search_sources):
+    prefixes = np.array([[7, 9], [11, PAD_ID], [PAD_ID, PAD_ID], [5, 5]], "int32")
+    tokens, scores = greedy_search(search_model, search_sources, EXTRA, no_repeat_ngram=2,
+                                   prefix_ids=prefixes)
+    sampled, sampled_scores = sample_search(search_model, search_sources, 0.8, 1, 1.0, 3, EXTRA,
+                                            no_repeat_ngram=2, prefix_ids=prefixes)
+    np.testing.assert_array_equal(sampled, tokens)  # top_k 1 is greedy, rules and all
+    np.testing.assert_allclose(sampled_scores, scores, atol=1e-5)
+    sources = np.repeat(search_sources, 4, axis=0)
+    prefixes = np.repeat(prefixes, 4, axis=0)
+    sampled, _ = sample_search(search_model, sources, 1.5, 0, 1.0, np.arange(16), EXTRA,
+                               no_repeat_ngram=2, prefix_ids=prefixes)
+    assert len({tuple(row) for row in sampled}) > 8
+    for row, prefix in zip(sampled, prefixes):
+        forced = [int(t) for t in prefix if t != PAD_ID]
+        generated = [int(t) for t in row if t != PAD_ID]
+        assert generated[:len(forced)] == forced
+        bigrams = list(zip(generated, generated[1:]))
+        assert len(bigrams) == len(set(bigrams)), generated
+
+
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow",
                     reason="the in-graph search is TensorFlow's")
 def test_sampling_equals_the_in_graph_sampling(search_model, search_sources):
@@ -260,3 +282,13 @@ def test_a_compiled_search_keeps_no_model_alive(search_sources):
     del model
     gc.collect()
     assert collected() is None
+
+
+def test_alpha_is_the_former_name_of_length_penalty(search_model, search_sources):
+    with pytest.warns(DeprecationWarning, match="length_penalty="):
+        _, old = beam_search(search_model, search_sources, 2, alpha=1.0, max_output_extra=EXTRA)
+    _, new = beam_search(search_model, search_sources, 2, length_penalty=1.0,
+                         max_output_extra=EXTRA)
+    _, default = beam_search(search_model, search_sources, 2, max_output_extra=EXTRA)
+    np.testing.assert_array_equal(old, new)
+    assert not np.allclose(old, default)  # 1.0 is not the default's 0.6: the value was taken

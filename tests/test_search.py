@@ -16,7 +16,7 @@ EXTRA = 6
 
 @pytest.mark.parametrize("k, alpha", [(4, 0.6), (3, 0.0), (2, 1.0)])
 def test_graph_beam_search_equals_numpy_reference(search_model, search_sources, k, alpha):
-    result = beam_search(search_model, search_sources, beam_size=k, alpha=alpha,
+    result = beam_search(search_model, search_sources, beam_size=k, length_penalty=alpha,
                          max_output_extra=EXTRA,
                          n_best=k)
     lengths_seen = set()
@@ -33,7 +33,8 @@ def test_graph_beam_search_equals_numpy_reference(search_model, search_sources, 
 
 def test_greedy_equals_beam_of_one_without_length_penalty(search_model, search_sources):
     greedy = greedy_search(search_model, search_sources, max_output_extra=EXTRA)
-    beam = beam_search(search_model, search_sources, beam_size=1, alpha=0.0, max_output_extra=EXTRA)
+    beam = beam_search(search_model, search_sources, beam_size=1, length_penalty=0.0,
+                       max_output_extra=EXTRA)
     np.testing.assert_array_equal(greedy.tokens.numpy(), beam.tokens.numpy())
     np.testing.assert_allclose(greedy.scores.numpy(), beam.scores.numpy(), atol=1e-5)
 
@@ -95,11 +96,11 @@ def test_a_search_called_eagerly_runs_one_graph_traced_once_per_model_and_option
                 if search is search_module._beam_search and model_id == id(search_model)
                 and dict(static) | options == dict(static)]
 
-    [function] = traced(beam_size=3, alpha=0.6, max_output_extra=EXTRA, n_best=3)
+    [function] = traced(beam_size=3, length_penalty=0.6, max_output_extra=EXTRA, n_best=3)
     # The first shape, then one that takes any: four calls of three shapes, two traces.
     assert function.experimental_get_tracing_count() == 2
     beam_search(search_model, search_sources, 2, 0.3, EXTRA)  # other options: their own graph
-    [other] = traced(beam_size=2, alpha=0.3, max_output_extra=EXTRA, n_best=1)
+    [other] = traced(beam_size=2, length_penalty=0.3, max_output_extra=EXTRA, n_best=1)
     assert other is not function and other.experimental_get_tracing_count() == 1
 
 

@@ -32,6 +32,8 @@ what XLA compiles once); the rules are the same on both.
 
 from __future__ import annotations
 
+import warnings
+
 from keras import ops
 
 from tfformer.config import DecodingConfig as PAPER  # the paper's decoding defaults
@@ -48,6 +50,16 @@ def length_penalty(length, alpha: float, form: str = PAPER.length_penalty_form):
     if form == "power":
         return ops.power(length, alpha)
     return ops.power((5.0 + length) / 6.0, alpha)
+
+
+def renamed_alpha(length_penalty, alpha, stacklevel: int = 3):
+    """`length_penalty`, or the value given by its former name `alpha` (DeprecationWarning):
+    the searches' knob has one name, as in `DecodingConfig`, the CLIs and the Translator."""
+    if alpha is None:
+        return length_penalty
+    warnings.warn("alpha= is deprecated: the same knob is length_penalty=", DeprecationWarning,
+                  stacklevel=stacklevel)
+    return alpha
 
 
 def max_output_lengths(transformer_config, source_ids, max_output_extra: int,

@@ -1,5 +1,10 @@
 """TF Serving's generated protos, and tensors in them, without running TensorFlow's ``__init__``.
 
+Why stand-in packages: the generated modules import ``tensorflow.core.framework.*_pb2`` by that
+name, which Python cannot import without running ``tensorflow/__init__.py`` (seconds), and our
+own generated copies would register the same .proto files a second time in protobuf's pool once
+TensorFlow is imported (an error), so a client that starts fast has no third way.
+
 The generated modules of tensorflow-serving-api import TensorFlow's own
 (``tensorflow.core.framework.tensor_pb2``, ...), which live inside the ``tensorflow`` package,
 so importing them the ordinary way runs ``tensorflow/__init__.py``: seconds of a gRPC client's
