@@ -15,7 +15,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.mark.slow
 def test_data_scale_benchmark_streams_a_generated_corpus(tmp_path):
     result = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "benchmarks", "data_scale.py"), "--pairs", "3000",
+        [sys.executable, os.path.join(ROOT, "benchmarks", "data", "data_scale.py"),
+         "--pairs", "3000",
          "--shards", "3", "--dir", str(tmp_path), "--vocab-size", "300", "--vocab-sample", "1000",
          "--batch-tokens", "2048", "--batches", "5", "--model-steps", "1",
          "--model-layers", "1", "--model-batch-tokens", "512"],
@@ -41,7 +42,7 @@ def test_data_scale_benchmark_streams_a_generated_corpus(tmp_path):
 @pytest.mark.slow
 def test_batch_shapes_benchmark_reports_bounded_shapes_and_compilations():
     result = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "benchmarks", "batch_shapes.py"), "--data",
+        [sys.executable, os.path.join(ROOT, "benchmarks", "training", "batch_shapes.py"), "--data",
          "builtin", "--limit", "300", "--vocab-size", "300", "--first", "2", "--more", "1",
          "--pack-length", "64", "--batch-tokens", "1024",
          "--contenders", "tensorflow,jax,jax_packed",
@@ -84,7 +85,8 @@ def test_keras_search_benchmark_finds_the_graph_search_tokens_under_jax():
     the backends' last float bits reorder a few lower-ranked hypotheses; a wrong rule would
     change most of them."""
     result = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "benchmarks", "keras_search.py"), "--preset", "tiny",
+        [sys.executable, os.path.join(ROOT, "benchmarks", "decoding", "keras_search.py"),
+         "--preset", "tiny",
          "--vocab-size", "300", "--sentences", "6", "--length", "9", "--extra", "12",
          "--repeats", "1"], capture_output=True, text=True, timeout=600,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
@@ -98,7 +100,7 @@ def test_keras_search_benchmark_finds_the_graph_search_tokens_under_jax():
 
 
 def test_alignments_benchmark_finds_reordered_phrases_and_the_words_of_pieces():
-    """benchmarks/alignments.py's gold: Spanish NOUN ADJECTIVE phrases whose English is
+    """benchmarks/decoding/alignments.py's gold: Spanish NOUN ADJECTIVE phrases whose English is
     ADJECTIVE NOUN, and the word each SentencePiece piece belongs to."""
     from tfformer.data.builtin import builtin_pairs
 
@@ -120,7 +122,8 @@ def test_alignments_benchmark_finds_reordered_phrases_and_the_words_of_pieces():
 def test_opus_mt_benchmark_times_each_engine_on_the_same_imported_weights(tmp_path):
     out = tmp_path / "opus_mt.json"
     result = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "benchmarks", "opus_mt.py"), "--d-model", "32",
+        [sys.executable, os.path.join(ROOT, "benchmarks", "decoding", "opus_mt.py"),
+         "--d-model", "32",
          "--layers", "1", "--heads", "2", "--d-ff", "64", "--vocab-size", "1000", "--reps", "1",
          "--rounds", "1", "--batches", "2", "--output-tokens", "40", "--out", str(out)],
         capture_output=True, text=True, timeout=900,

@@ -172,7 +172,7 @@ def test_greedy_search_gives_our_tokens(translator, model, sentencepiece, source
 
 def test_beam_search_without_length_penalty_gives_our_tokens_and_scores(
         translator, model, sentencepiece, source_ids):
-    result = beam_search(model, source_ids, beam_size=4, alpha=0.0, max_output_extra=EXTRA)
+    result = beam_search(model, source_ids, beam_size=4, length_penalty=0.0, max_output_extra=EXTRA)
     ours = ours_best(result, source_ids)
     results = translator.translate_batch(
         pieces(sentencepiece, [s for s, _ in PAIRS]), beam_size=4, length_penalty=0,
@@ -190,7 +190,7 @@ def test_beam_search_with_length_penalty_and_our_scores_from_its_outputs(
         translator, model, sentencepiece, source_ids):
     """alpha = 0.6: CTranslate2 normalizes by |Y|^alpha, we by ((5 + |Y|) / 6)^alpha, so the
     best hypotheses may differ; most agree, and our score is computable from CTranslate2's."""
-    result = beam_search(model, source_ids, beam_size=4, alpha=0.6, max_output_extra=EXTRA)
+    result = beam_search(model, source_ids, beam_size=4, length_penalty=0.6, max_output_extra=EXTRA)
     ours = ours_best(result, source_ids)
     results = translator.translate_batch(
         pieces(sentencepiece, [s for s, _ in PAIRS]), beam_size=4, length_penalty=0.6,
@@ -342,7 +342,7 @@ def test_a_forced_prefix_gives_ctranslate2s_target_prefix_tokens(
     if beam == 1:
         result = greedy_search(model, source_ids, EXTRA, prefix_ids=ids)
     else:
-        result = beam_search(model, source_ids, beam_size=beam, alpha=0.0,
+        result = beam_search(model, source_ids, beam_size=beam, length_penalty=0.0,
                              max_output_extra=EXTRA, prefix_ids=ids)
     ours = ours_best(result, source_ids, extra=EXTRA + ids.shape[1])
     results = translator.translate_batch(
@@ -361,7 +361,7 @@ def test_no_repeat_ngram_gives_ctranslate2s_tokens(translator, model, sentencepi
     if beam == 1:
         result = greedy_search(model, source_ids, EXTRA, no_repeat_ngram=n)
     else:
-        result = beam_search(model, source_ids, beam_size=beam, alpha=0.0,
+        result = beam_search(model, source_ids, beam_size=beam, length_penalty=0.0,
                              max_output_extra=EXTRA, no_repeat_ngram=n)
     ours = ours_best(result, source_ids)
     results = translator.translate_batch(
@@ -375,8 +375,8 @@ def test_no_repeat_ngram_gives_ctranslate2s_tokens(translator, model, sentencepi
 
 def test_the_benchmarks_worker_translates_as_ctranslate2_in_a_process_without_tensorflow(
         exported, translator, sentencepiece):
-    """benchmarks/ct2_process.py: the model in a child process that loads no TensorFlow, with
-    the in-process Translator's hypotheses."""
+    """benchmarks/decoding/ct2_process.py: the model in a child process that loads no TensorFlow,
+    with the in-process Translator's hypotheses."""
     ct2_process = load_benchmark("ct2_process")
     sources = pieces(sentencepiece, [s for s, _ in PAIRS[:8]])
     options = dict(beam_size=4, length_penalty=0.6, max_decoding_length=MAX_DECODING,

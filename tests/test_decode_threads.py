@@ -1,5 +1,5 @@
-"""benchmarks/decode_threads.py: its thread settings and how it pairs runs by round (its full
-run is benchmarks/results/decode_threads.json)."""
+"""benchmarks/decoding/decode_threads.py: its thread settings and how it pairs runs by round (its
+full run is benchmarks/results/decode_threads.json)."""
 
 import pytest
 

@@ -1,5 +1,5 @@
-"""benchmarks/op_cost.py: the line it fits through its timings, its arguments, and its report
-(its full runs are benchmarks/results/op_cost*.json)."""
+"""benchmarks/decoding/op_cost.py: the line it fits through its timings, its arguments, and its
+report (its full runs are benchmarks/results/op_cost*.json)."""
 
 import json
 

@@ -1,5 +1,6 @@
-"""benchmarks/train_gpu.py: its PyTorch model is tfformer's model, and the benchmark runs end to
-end at tiny size on CPU (the GPU run is in benchmarks/results/train_gpu.json when there is one)."""
+"""benchmarks/training/train_gpu.py: its PyTorch model is tfformer's model, and the benchmark runs
+end to end at tiny size on CPU (the GPU run is in benchmarks/results/train_gpu.json when there
+is one)."""
 
 import importlib
 import json
@@ -14,7 +15,7 @@ import pytest
 from tests.benchmark_script import load_benchmark
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(ROOT, "benchmarks", "train_gpu.py")
+SCRIPT = os.path.join(ROOT, "benchmarks", "training", "train_gpu.py")
 
 
 def require(module: str):

@@ -1,5 +1,5 @@
-"""benchmarks/train_gpu_e2e.py end to end at tiny size on CPU: the real tfformer-train on JAX
-from a prepared store, its per-epoch throughput and beam-search dev BLEU read back from the run,
+"""benchmarks/training/train_gpu_e2e.py end to end at tiny size on CPU: the real tfformer-train on
+JAX from a prepared store, its per-epoch throughput and beam-search dev BLEU read back from the run,
 and the synthetic benchmark of the same shape beside it (the GPU run, when there is one, is
 benchmarks/results/train_gpu_e2e.json)."""
 
@@ -11,7 +11,7 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(ROOT, "benchmarks", "train_gpu_e2e.py")
+SCRIPT = os.path.join(ROOT, "benchmarks", "training", "train_gpu_e2e.py")
 
 
 @pytest.mark.slow

@@ -74,7 +74,7 @@ class LogThroughput(keras.callbacks.Callback):
     """Logs, after each epoch, its training time (from the epoch's start to its validation's,
     dev BLEU and checkpoints left out), the time per step and the target tokens per second
     (the steps times the mean target tokens of the batches built so far), and on JAX the
-    device's peak memory: what `benchmarks/train_gpu_e2e.py` reads from a real run.
+    device's peak memory: what `benchmarks/training/train_gpu_e2e.py` reads from a real run.
 
     Attributes:
         epochs: per epoch {"epoch", "steps", "train_seconds", "step_seconds",

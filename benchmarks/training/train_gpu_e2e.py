@@ -1,19 +1,21 @@
 """The whole run on one GPU where only JAX is installed: `tfformer-train --backend jax` on a
 prepared corpus for a fixed time, dev BLEU with beam search after every epoch, against the
-synthetic benchmark (`benchmarks/train_gpu.py`) of the same preset and batch shape in the same
-call.
+synthetic benchmark (`benchmarks/training/train_gpu.py`) of the same preset and batch shape in
+the same call.
 
     # Here (TensorFlow installed): the Bible corpus prepared once (~5 MB), the wheels fetched.
     BIBLE=../shared/data/bible-es-en
     .venv/bin/tfformer-prepare --data tsv:$BIBLE/train.tsv,$BIBLE/dev.tsv --out data/bible \
         --vocab-size 8000
-    bash benchmarks/gpu_wheels.sh
+    bash benchmarks/training/gpu_wheels.sh
     # The GPU machine (data/ and .whl/ carried; no TensorFlow, no Keras, no network):
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD && \
-        python3 benchmarks/train_gpu_e2e.py --store data/bible --out $OUT/train_gpu_e2e.json
+        python3 benchmarks/training/train_gpu_e2e.py --store data/bible \
+            --out $OUT/train_gpu_e2e.json
     # CPU, tiny (what tests/test_train_gpu_e2e.py runs)
-    .venv/bin/python benchmarks/train_gpu_e2e.py --store STORE --preset tiny --minutes 0.5 ...
+    .venv/bin/python benchmarks/training/train_gpu_e2e.py --store STORE --preset tiny \
+        --minutes 0.5 ...
 
 The run: base preset, bf16 mixed precision, packed rows (`--pack-length`, one shape: one
 compilation), `--batch-tokens`, `--minutes` of wall time (`--max-minutes`: start-up and epoch
@@ -42,12 +44,13 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(HERE))  # benchmarks/: common
+from common import logger  # noqa: E402
+
+log = logger("train_gpu_e2e")
 LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
 
-
-def log(message: str) -> None:
-    print(f"[train_gpu_e2e {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def seconds_of(line: str) -> float | None:

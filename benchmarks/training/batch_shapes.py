@@ -1,8 +1,9 @@
 """Batch shapes, padding and XLA: the bucket grid on a corpus, and `--jit` against plain TF
 training (and JAX) on the same corpus, in one run. JSON on stdout.
 
-    .venv/bin/python benchmarks/batch_shapes.py > benchmarks/results/batch_shapes.json
-    .venv/bin/python benchmarks/batch_shapes.py --data builtin --first 20 --more 10  # quick
+    .venv/bin/python benchmarks/training/batch_shapes.py > benchmarks/results/batch_shapes.json
+    # quick:
+    .venv/bin/python benchmarks/training/batch_shapes.py --data builtin --first 20 --more 10
 
 1. Grid: one pass over the training pairs for each bucket growth: buckets, distinct batch shapes,
    the share of padding, and the padding the same batches would have if each were padded only
@@ -32,7 +33,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIBLE = os.path.join(ROOT, "..", "shared", "data", "bible-es-en")
 CONTENDERS = {  # name -> (backend, jit, packed)
     "tensorflow": ("tensorflow", False, False),

@@ -4,7 +4,7 @@ its tf.while_loop run op by op through Keras' eager layer calls (what it did bef
 `tf.config.run_functions_eagerly(True)` still gives). One process, the modes in turn. JSON on
 stdout.
 
-    .venv/bin/python benchmarks/eager_search.py > benchmarks/results/eager_search.json
+    .venv/bin/python benchmarks/decoding/eager_search.py > benchmarks/results/eager_search.json
 
 The tiny preset with random weights whose EOS never wins, so every hypothesis is 64 tokens long;
 each case checks that both modes give the same tokens. CPU seconds are the process's, so they
@@ -88,7 +88,7 @@ def main(argv=None) -> int:
     print(json.dumps({"preset": "tiny", "vocab_size": 4000, "output_tokens": OUTPUT_TOKENS,
                       "tensorflow": tf.__version__, "cpu_count": os.cpu_count(),
                       "cpu_flags": matmul_flags(), "reps": args.reps,
-                      "command": "benchmarks/eager_search.py", "cases": cases}, indent=1))
+                      "command": "benchmarks/decoding/eager_search.py", "cases": cases}, indent=1))
     return 0
 
 

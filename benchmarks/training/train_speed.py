@@ -3,7 +3,8 @@ layers, and tfformer in float32 vs bf16 (mixed precision), each against a matmul
 timed in the same run. JSON on stdout.
 
     .venv/bin/pip install -e '.[bench]'          # keras-hub
-    .venv/bin/python benchmarks/train_speed.py --threads 2 > benchmarks/results/train_speed.json
+    .venv/bin/python benchmarks/training/train_speed.py --threads 2 \
+        > benchmarks/results/train_speed.json
 
 Both models: d_model 512, h 8, d_ff 2048, N 6 + 6, dropout 0.1, a 37000-token vocabulary, Adam,
 sparse cross-entropy on logits, `model.fit` with Keras defaults (no XLA on CPU); tfformer also

@@ -1,6 +1,6 @@
 """The first request after a version serves, with and without the export's warmup requests.
 
-    .venv/bin/python benchmarks/serve_warmup.py > benchmarks/results/serve_warmup.json
+    .venv/bin/python benchmarks/serving/serve_warmup.py > benchmarks/results/serve_warmup.json
 
 Exports a run (default: the tiny preset with random weights and a tokenizer of the built-in
 corpus) with `run.export` (beam 4, length penalty 0.6), then, for each
@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 SENTENCES = ["Los tres perros rojos comen manzanas verdes.", "Una hermana visita el puente azul."]

@@ -2,9 +2,10 @@
 in process vs through gRPC (the local TF Serving stand-in, official stub), and our SavedModel
 (fp32, bf16) against CTranslate2 (fp32, int8) on the same weights. JSON on stdout.
 
-    .venv/bin/python benchmarks/decode.py > decode.json          # everything (~30 minutes)
-    .venv/bin/python benchmarks/decode.py --presets tiny --reps 3
-    .venv/bin/python benchmarks/decode.py --formats only > decode_formats.json  # ~10 minutes
+    .venv/bin/python benchmarks/decoding/decode.py > decode.json          # everything (~30 minutes)
+    .venv/bin/python benchmarks/decoding/decode.py --presets tiny --reps 3
+    # ~10 minutes:
+    .venv/bin/python benchmarks/decoding/decode.py --formats only > decode_formats.json
 
 The "formats" rows time, for each search (greedy; beam 4 with length penalty 0.6) and batch,
 `tfformer-export`'s SavedModel in float32 and with `--precision bf16`, and
@@ -17,7 +18,7 @@ AVX2, AVX-512, AVX512_BF16, AMX) and whether TensorFlow runs oneDNN (`onednn`, a
 kernels, on a CPU with AVX-512:
 
     TF_ENABLE_ONEDNN_OPTS=0 CT2_FORCE_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 \
-        .venv/bin/python benchmarks/decode.py --formats only > decode_formats_avx2.json
+        .venv/bin/python benchmarks/decoding/decode.py --formats only > decode_formats_avx2.json
 
 Every hypothesis is exactly 64 tokens long: the models are random with EOS's output embedding set
 to zero (so EOS never wins before the length limit) and max_output_extra chosen so that the

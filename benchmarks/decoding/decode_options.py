@@ -3,8 +3,9 @@
 same weights (did a change make it slower?). JSON on stdout.
 
     git worktree add /tmp/baseline f1174f5   # before the search options
-    PYTHONPATH=/tmp/baseline .venv/bin/python benchmarks/decode_options.py --export-only /tmp/b
-    .venv/bin/python benchmarks/decode_options.py --baseline /tmp/b > decode_options.json
+    PYTHONPATH=/tmp/baseline .venv/bin/python benchmarks/decoding/decode_options.py \
+        --export-only /tmp/b
+    .venv/bin/python benchmarks/decoding/decode_options.py --baseline /tmp/b > decode_options.json
 
 The model is decode.py's random tiny one: every hypothesis is 64 tokens long (EOS never wins),
 and its greedy outputs repeat, so the guard acts at almost every step. Each row calls every

@@ -2,8 +2,9 @@
 (`tfformer.decode.keras_search`) against TensorFlow's graph search (`tfformer.decode.search`,
 what the SavedModel runs) on the same weights and sentences, in one run. JSON on stdout.
 
-    .venv/bin/python benchmarks/keras_search.py > benchmarks/results/keras_search.json
-    .venv/bin/python benchmarks/keras_search.py --preset tiny --sentences 8 --repeats 1  # quick
+    .venv/bin/python benchmarks/decoding/keras_search.py > benchmarks/results/keras_search.json
+    # quick:
+    .venv/bin/python benchmarks/decoding/keras_search.py --preset tiny --sentences 8 --repeats 1
 
 Each contender runs in its own process (one Keras backend each): a random model of the preset
 (dropout off), its weights written by the first and read by the others, beam 4 with the length
@@ -27,7 +28,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONTENDERS = {"tensorflow_graph": "tensorflow", "jax_compiled": "jax"}
 
 

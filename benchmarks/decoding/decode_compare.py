@@ -1,7 +1,7 @@
 """Decoding speed of two revisions of tfformer on the same weights, timed in one process.
 
-    .venv/bin/python benchmarks/decode_compare.py d43e7c6 HEAD > decode_compare.json
-    .venv/bin/python benchmarks/decode_compare.py HEAD .          # . is the working tree
+    .venv/bin/python benchmarks/decoding/decode_compare.py d43e7c6 HEAD > decode_compare.json
+    .venv/bin/python benchmarks/decoding/decode_compare.py HEAD .          # . is the working tree
 
 On a shared machine whose speed drifts by 10-30% between runs, two decode.py runs cannot tell
 a change of a few percent. Here each revision (checked out in a temporary git worktree) exports
@@ -26,9 +26,9 @@ import tempfile
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import decode  # noqa: E402  (benchmarks/decode.py: the model, the sentence, paired_all)
+import decode  # noqa: E402  (benchmarks/decoding/decode.py: the model, the sentence, paired_all)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SEARCHES = {"greedy": 1, "beam4": 4}
 
 # Runs with the revision's checkout first on sys.path: exports the run directory's model with

@@ -1,7 +1,7 @@
 """An OPUS-MT-sized Marian model, imported: its SavedModel against what OPUS-MT users run today
 (transformers' generate, PyTorch) and against CTranslate2 fp32 on the same weights.
 
-    python benchmarks/opus_mt.py --out benchmarks/results/opus_mt.json
+    python benchmarks/decoding/opus_mt.py --out benchmarks/results/opus_mt.json
 
 Makes a Hugging Face Marian directory of OPUS-MT's size (d_model 512, 6 + 6 layers, 8 heads,
 d_ff 2048, swish, a vocabulary of 58101 ids; random weights: no hub here), times
@@ -28,7 +28,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
 SENTENCE = "Los tres perros rojos comen manzanas verdes en el parque."
 ENGINES = ("savedmodel", "transformers", "ctranslate2")
 

@@ -1,6 +1,6 @@
 """The streaming input pipeline at WMT14 size: time to the first batch, batches/s, peak memory.
 
-    .venv/bin/python benchmarks/data_scale.py > benchmarks/results/data_scale.json
+    .venv/bin/python benchmarks/data/data_scale.py > benchmarks/results/data_scale.json
 
 1. Writes a WMT14-size corpus (4.5M pairs by default; not kept in git) of synthetic sentences
    with a realistic length distribution: words per sentence log-normal with WMT14 EN-DE's
@@ -33,11 +33,12 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(HERE))  # benchmarks/: common
+from common import logger  # noqa: E402
 
+log = logger("data_scale")
 
-def log(message: str) -> None:
-    print(f"[data_scale {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def peak_rss_mb() -> float:

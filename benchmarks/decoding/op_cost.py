@@ -2,8 +2,8 @@
 ops) against a small matmul + bias (the kernel call that a decoding step of the tiny model makes
 16 times, at one row per sentence and beam). JSON on stdout.
 
-    .venv/bin/python benchmarks/op_cost.py > op_cost.json
-    TF_ENABLE_ONEDNN_OPTS=0 .venv/bin/python benchmarks/op_cost.py > op_cost_eigen.json
+    .venv/bin/python benchmarks/decoding/op_cost.py > op_cost.json
+    TF_ENABLE_ONEDNN_OPTS=0 .venv/bin/python benchmarks/decoding/op_cost.py > op_cost_eigen.json
 
 Each form runs as a `tf.while_loop` of STEPS steps whose body chains k ops, in one tf.function
 (as the SavedModel's search runs), for several k: the slope of the median call time over k is the
@@ -22,7 +22,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-STEPS = 64  # the output tokens of `benchmarks/decode.py`
+STEPS = 64  # the output tokens of `benchmarks/decoding/decode.py`
 
 
 def chain_time(form: str, rows: int, width: int, k: int, reps: int) -> float:

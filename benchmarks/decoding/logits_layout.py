@@ -2,7 +2,7 @@
 searches do, `SharedEmbedding.projection`) against the tied table read transposed by every
 step's MatMul(transpose_b), in one process, calls interleaved. JSON on stdout.
 
-    .venv/bin/python benchmarks/logits_layout.py > benchmarks/results/logits_layout.json
+    .venv/bin/python benchmarks/decoding/logits_layout.py > benchmarks/results/logits_layout.json
 
 Each mode runs in a child process: TensorFlow's default (oneDNN on CPUs with AVX-512 VNNI/BF16
 or AMX, off on AVX2-only ones) and `TF_ENABLE_ONEDNN_OPTS=0`, the Eigen kernels that AVX2-only

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Downloads into .whl/ (repository root, git-ignored) the wheels that the GPU machine lacks for
-# benchmarks/train_gpu.py: Keras and the Keras requirements that machine does not have.
+# benchmarks/training/train_gpu.py: Keras and the Keras requirements that machine does not have.
 #
 # The GPU machine has CPython 3.12, jax (CUDA), flax, optax, torch, numpy, h5py, absl-py, rich,
 # ml-dtypes, sentencepiece and sacrebleu, no TensorFlow, no Keras and no network; at most 64 MiB
@@ -9,17 +9,17 @@
 # packaging (optree's own requirement, typing-extensions >= 4.10, comes with torch).
 #
 # Here (with network), from the repository root:
-#     bash benchmarks/gpu_wheels.sh
+#     bash benchmarks/training/gpu_wheels.sh
 # On the GPU machine (the run's working directory is the repository root, .whl/ carried):
 #     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
 #         --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD && \
-#         python3 benchmarks/train_gpu.py --preset big --out $OUT/train_gpu.json
+#         python3 benchmarks/training/train_gpu.py --preset big --out $OUT/train_gpu.json
 #
 # Pure-Python wheels (py3-none-any) are accepted under the manylinux --platform tags: no
 # `--platform any` is needed. Versions are pinned to those of the development virtualenv.
 set -euo pipefail
 
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PYTHON=${PYTHON:-python3}
 DEST=.whl
 WHEELS=(keras==3.15.1 optree==0.20.0 namex==0.1.0 packaging==26.3)

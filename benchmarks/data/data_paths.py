@@ -2,8 +2,8 @@
 tf.data stream of the text corpus against the NumPy loader of its prepared store
 (`tfformer-prepare`, `--data prepared:DIR`), bucketed and packed. JSON on stdout.
 
-    .venv/bin/python benchmarks/data_paths.py > benchmarks/results/data_paths.json
-    .venv/bin/python benchmarks/data_paths.py --steps 30 --steps-per-epoch 10  # quick
+    .venv/bin/python benchmarks/data/data_paths.py > benchmarks/results/data_paths.json
+    .venv/bin/python benchmarks/data/data_paths.py --steps 30 --steps-per-epoch 10  # quick
 
 Each run is `tfformer-train --recipe training/configs/bible-es-en-cpu.json` with a fixed number
 of updates (`--steps`, no dev BLEU, no time limit), in a new run directory. It reports the target
@@ -26,7 +26,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
 BIBLE = "tsv:../shared/data/bible-es-en/train.tsv,../shared/data/bible-es-en/dev.tsv"
 
 

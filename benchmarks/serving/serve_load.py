@@ -1,9 +1,9 @@
 """`tfformer-serve` under load: 1, 4 and 16 concurrent clients over gRPC and REST, request
 batching off and on, then a soak of many requests. JSON on stdout.
 
-    .venv/bin/python benchmarks/serve_load.py > benchmarks/results/serve_load.json
-    .venv/bin/python benchmarks/serve_load.py --seconds 3 --soak 500   # a quick look
-    .venv/bin/python benchmarks/serve_load.py --beam-size 1 --tensorflow-threads 1 \
+    .venv/bin/python benchmarks/serving/serve_load.py > benchmarks/results/serve_load.json
+    .venv/bin/python benchmarks/serving/serve_load.py --seconds 3 --soak 500   # a quick look
+    .venv/bin/python benchmarks/serving/serve_load.py --beam-size 1 --tensorflow-threads 1 \
         > benchmarks/results/serve_load_epyc_greedy.json   # greedy, one thread per pool
 
 The server is the `tfformer-serve` program in its own process, serving the export of decode.py's
@@ -33,7 +33,9 @@ import tempfile
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# benchmarks/decoding/: decode.py's model and sentence.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "decoding"))
 
 from decode import SENTENCE, build  # noqa: E402
 

@@ -1,6 +1,6 @@
 """Fine-tuning's gain on a real domain shift: the Bible corpus split by testament.
 
-    .venv/bin/python benchmarks/finetune.py --out runs/finetune \
+    .venv/bin/python benchmarks/training/finetune.py --out runs/finetune \
         > benchmarks/results/finetune.json
 
 With the installed console scripts, as a user would run them, on the tiny preset:
@@ -22,17 +22,20 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import os
 import platform
 import re
-import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-BIN = os.path.dirname(sys.executable)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
+import common  # noqa: E402
+from common import BIN, ROOT  # noqa: E402
+
+log = common.logger("finetune")
+run = functools.partial(common.run, log=log)
 DATA = os.path.join(ROOT, "..", "shared", "data", "bible-es-en")
 # The first book of the New Testament: train.refs and dev.refs are in canonical order.
 NEW_TESTAMENT_STARTS = "Matt."
@@ -42,22 +45,6 @@ COMMON = ["--batch-tokens", "2048", "--steps-per-epoch", "250", "--steps", "1000
           "--verbose", "0"]
 
 
-def log(message: str) -> None:
-    print(f"[finetune {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def run(*command: str, log_to: str | None = None) -> str:
-    log(" ".join(command))
-    stderr = open(log_to, "w", encoding="utf-8") if log_to else subprocess.PIPE
-    try:
-        result = subprocess.run(command, stdout=subprocess.PIPE, stderr=stderr, text=True,
-                                cwd=ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
-    finally:
-        if log_to:
-            stderr.close()
-    if result.returncode:
-        raise RuntimeError(f"{command[0]} failed: {result.stderr or log_to}")
-    return result.stdout
 
 
 def split_by_testament(name: str, out: str) -> dict[str, dict]:
@@ -174,7 +161,7 @@ def main(argv=None) -> int:
 
     print(json.dumps({
         "what": __doc__.split("\n\n")[0],
-        "command": f"{sys.executable} benchmarks/finetune.py --out {out} --old-minutes "
+        "command": f"{sys.executable} benchmarks/training/finetune.py --out {out} --old-minutes "
                    f"{args.old_minutes} --new-minutes {args.new_minutes}",
         "cpu": cpu_name(), "tensorflow": tf.__version__,
         "train_split": train_parts, "dev_split": dev_parts,

@@ -1,6 +1,6 @@
 """Quality of a bf16 export against the float32 one, on the same trained run.
 
-    .venv/bin/python benchmarks/export_precision.py runs/bible-quality \
+    .venv/bin/python benchmarks/decoding/export_precision.py runs/bible-quality \
         --test ../shared/data/bible-es-en/dev.tsv > benchmarks/results/export_precision.json
 
 Runs what a user would: `tfformer-export RUN --precision fp32` and `--precision bf16` (the
@@ -13,15 +13,19 @@ CPU's flags that decide whether bf16 multiplies natively (AVX512_BF16, AMX).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from quality import BIN, ROOT, log, run  # noqa: E402  (benchmarks/ is not a package)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
+import common  # noqa: E402
+from common import BIN, ROOT  # noqa: E402
+
+log = common.logger("export_precision")
+run = functools.partial(common.run, log=log)
 
 
 def main(argv=None) -> int:

@@ -1,8 +1,8 @@
 """`--jit auto` on the machine at hand: the Bible recipe's updates within its wall time with what
 auto chose here and with the other choice, one run after the other. JSON on stdout.
 
-    .venv/bin/python benchmarks/jit_auto.py > benchmarks/results/jit_auto.json
-    .venv/bin/python benchmarks/jit_auto.py --minutes 0.5 --dev-sentences 5  # quick
+    .venv/bin/python benchmarks/training/jit_auto.py > benchmarks/results/jit_auto.json
+    .venv/bin/python benchmarks/training/jit_auto.py --minutes 0.5 --dev-sentences 5  # quick
 
 Runs `tfformer-train --recipe training/configs/bible-es-en-cpu.json` as a user would (the recipe
 asks for `"jit": "auto"`), each in a new run directory with `--max-minutes`:
@@ -28,7 +28,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
 BIN = os.path.dirname(sys.executable)
 OTHER = {"on": ("plain", ["--jit", "off"]),
          "off": ("compiled_packed", ["--jit", "on", "--pack-length", "128"])}

@@ -1,10 +1,11 @@
-"""TensorFlow's thread pools for decoding: `benchmarks/decode.py --formats only` run in turn under
-each thread setting (TensorFlow's defaults, one intra-op and one inter-op thread, ...), round
-after round, so that each setting's time over CTranslate2 fp32's (measured beside it in the same
-run, in a process of its own) is compared across runs that saw the same machine. JSON on
-stdout.
+"""TensorFlow's thread pools for decoding: `benchmarks/decoding/decode.py --formats only` run in
+turn under each thread setting (TensorFlow's defaults, one intra-op and one inter-op thread,
+...), round after round, so that each setting's time over CTranslate2 fp32's (measured beside it
+in the same run, in a process of its own) is compared across runs that saw the same machine.
+JSON on stdout.
 
-    .venv/bin/python benchmarks/decode_threads.py --presets tiny --rounds 3 > decode_threads.json
+    .venv/bin/python benchmarks/decoding/decode_threads.py --presets tiny --rounds 3 \
+        > decode_threads.json
 
 A setting is `INTRA/INTER` (`TF_NUM_INTRAOP_THREADS`, `TF_NUM_INTEROP_THREADS`; `default` leaves
 both unset: one intra-op thread per core), optionally followed by `,onednn=0` or `,onednn=1`
@@ -13,7 +14,7 @@ for the same pools are `--tensorflow_intra_op_parallelism` and
 `--tensorflow_inter_op_parallelism`; it reads `TF_ENABLE_ONEDNN_OPTS` from its environment as
 any TensorFlow process does. CTranslate2 keeps `decode.py`'s `--threads` in every run.
 
-    .venv/bin/python benchmarks/decode_threads.py --settings default default,onednn=0 \
+    .venv/bin/python benchmarks/decoding/decode_threads.py --settings default default,onednn=0 \
         1/1,onednn=0 --rounds 2 > decode_onednn.json
 """
 

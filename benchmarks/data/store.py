@@ -1,8 +1,8 @@
 """The prepared store (`tfformer-prepare`) and its NumPy loader against the tf.data stream: time to
 prepare, batches per second on one core, and the data time of a resume at batch 5,000.
 
-    .venv/bin/python benchmarks/store.py > benchmarks/results/store.json
-    .venv/bin/python benchmarks/store.py --scale 4500000 > benchmarks/results/store_wmt.json
+    .venv/bin/python benchmarks/data/store.py > benchmarks/results/store.json
+    .venv/bin/python benchmarks/data/store.py --scale 4500000 > benchmarks/results/store_wmt.json
 
 Default: the Bible corpus (../shared/data/bible-es-en) with its recipe's batches (2048 tokens,
 max length 256, the default bucket grid; packed rows of 128 as well). Measured in this one
@@ -15,7 +15,7 @@ process, on one machine:
    without the epoch sizes the run keeps), against the tf.data stream's, which reads again and
    skips the batches trained on (`tfformer.train.inputs.training_batches`).
 
-With --scale N: a synthetic WMT14-size corpus of N pairs (`benchmarks/data_scale.py`'s), the
+With --scale N: a synthetic WMT14-size corpus of N pairs (`benchmarks/data/data_scale.py`'s), the
 base model's batches (25,000 tokens, max length 256): prepare (time, peak RSS, in a fresh
 process), then the first batch and tokens/s of the loader. JSON on stdout, progress on stderr.
 """
@@ -32,14 +32,15 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(HERE))  # benchmarks/: common
+from common import logger  # noqa: E402
+
+log = logger("store")
 sys.path.insert(0, ROOT)
 BIBLE = os.path.join(ROOT, "..", "shared", "data", "bible-es-en")
 RESUME_AT = 5000
 
-
-def log(message: str) -> None:
-    print(f"[store {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def loader_rate(loader, seconds: float = 20.0) -> dict:
@@ -135,6 +136,7 @@ def prepare_in_fresh_process(spec: str, out: str, vocab_size: int) -> dict:
 
 def scale(out: str, pairs: int) -> dict:
     from benchmarks.data_scale import write_corpus
+
     from tfformer.data.loader import Loader
     from tfformer.data.store import Store
 
@@ -158,7 +160,7 @@ def scale(out: str, pairs: int) -> dict:
         loaders[name] = {"first_batch_seconds": first, **rate}
         log(f"{name}: {loaders[name]}")
     peak = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-    return {"corpus": f"synthetic WMT14-size ({pairs} pairs, benchmarks/data_scale.py)",
+    return {"corpus": f"synthetic WMT14-size ({pairs} pairs, benchmarks/data/data_scale.py)",
             "corpus_write_seconds": written, "prepare": prepared,
             "loader": {**loaders, "peak_rss_mb": peak},
             "targets": {"prepare_under_10_minutes": prepared["seconds"] <= 600,

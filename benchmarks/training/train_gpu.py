@@ -1,12 +1,14 @@
 """Training throughput on one GPU: tfformer on Keras/JAX (and Keras/PyTorch) against a plain
 PyTorch implementation of the same Transformer, in bf16 mixed precision, in one command.
 
-    # GPU machine (no TensorFlow, no Keras, no network): wheels from benchmarks/gpu_wheels.sh
+    # GPU machine (no TensorFlow, no Keras, no network): wheels from
+    # benchmarks/training/gpu_wheels.sh
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD && \
-        python3 benchmarks/train_gpu.py --preset big --out $OUT/train_gpu.json
+        python3 benchmarks/training/train_gpu.py --preset big --out $OUT/train_gpu.json
     # CPU, tiny (what tests/test_train_gpu.py runs)
-    .venv/bin/python benchmarks/train_gpu.py --preset tiny --vocab 1000 --batch 8 --length 16 \
+    .venv/bin/python benchmarks/training/train_gpu.py --preset tiny --vocab 1000 --batch 8 \
+        --length 16 \
         --steps 2 --warmup 1 --out /tmp/train_gpu.json
 
 Contenders (`--contenders`, default all three), each training the same encoder-decoder model
@@ -82,7 +84,10 @@ import threading
 import time
 import traceback
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))  # common
+from common import cpu_model  # noqa: E402
+
 CONTENDERS = ("keras-jax", "keras-torch", "torch")
 DEFAULT_CONTENDERS = "keras-jax,torch,keras-torch"  # the slowest-to-fail one last
 PAD_ID = 0
@@ -137,17 +142,6 @@ def step_statistics(step_ends: list[float], start: float, warmup: int) -> dict:
     return {"first_step_s": times[0], "timed_steps": len(timed), "warmup_steps": warmup,
             "step_time_s": {"median": statistics.median(timed), "min": min(timed),
                             "max": max(timed), "mean": statistics.fmean(timed)}}
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def process_peak_rss() -> dict:
@@ -341,7 +335,7 @@ def noam(step: int, d_model: int, warmup: int) -> float:
 def torch_environment(torch) -> dict:
     cuda = torch.cuda.is_available()
     return {"device": "cuda" if cuda else "cpu",
-            "device_name": torch.cuda.get_device_name(0) if cuda else cpu_name(),
+            "device_name": torch.cuda.get_device_name(0) if cuda else cpu_model(),
             "versions": {"torch": torch.__version__, "cuda": torch.version.cuda,
                          "python": platform.python_version()}}
 
@@ -513,7 +507,7 @@ def keras_environment(keras, backend: str) -> dict:
         device = jax.devices()[0]
         versions.update(jax=jax.__version__, jaxlib=jaxlib.__version__)
         return {"device": device.platform, "device_name": (
-            device.device_kind if device.platform != "cpu" else cpu_name()), "versions": versions}
+            device.device_kind if device.platform != "cpu" else cpu_model()), "versions": versions}
     import torch
 
     env = torch_environment(torch)

@@ -1,6 +1,6 @@
 """Translation quality of a training recipe within a wall-time budget, measured end to end.
 
-    .venv/bin/python benchmarks/quality.py --out runs/bible-quality \
+    .venv/bin/python benchmarks/training/quality.py --out runs/bible-quality \
         > benchmarks/results/quality.json
 
 Runs, with the installed console scripts, exactly what a user would run:
@@ -21,34 +21,22 @@ translations of the best setting beside their sources and references.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
+import functools
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-BIN = os.path.dirname(sys.executable)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
+import common  # noqa: E402
+from common import BIN, ROOT  # noqa: E402
+
+log = common.logger("quality")
+run = functools.partial(common.run, log=log)
 
 
-def log(message: str) -> None:
-    print(f"[quality {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def run(*command: str, log_to: str | None = None) -> str:
-    log(" ".join(command))
-    with (open(log_to, "w", encoding="utf-8") if log_to
-          else contextlib.nullcontext(subprocess.PIPE)) as stderr:
-        result = subprocess.run(command, stdout=subprocess.PIPE, stderr=stderr, text=True,
-                                cwd=ROOT,
-                                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
-    if result.returncode:
-        raise RuntimeError(f"{command[0]} failed: {result.stderr or log_to}")
-    return result.stdout
 
 
 def epoch_times(train_log: str, started: float) -> dict[int, float]:
@@ -118,7 +106,7 @@ def main(argv=None) -> int:
     print(json.dumps({
         "recipe": args.recipe, "recipe_settings": json.load(open(os.path.join(ROOT, args.recipe))),
         "machine": f"{os.cpu_count()} CPU cores", "tensorflow": tf.__version__,
-        "command": f"{sys.executable} benchmarks/quality.py --out {out}",
+        "command": f"{sys.executable} benchmarks/training/quality.py --out {out}",
         "train_command": f"tfformer-train --recipe {args.recipe} --out {out}",
         "train_wall_minutes": train_minutes, "final_step": curve[-1]["step"] if curve else 0,
         "test_set": test, "scores": scores, "best": best, "curve": curve,

@@ -2,8 +2,9 @@
 Spanish puts the adjective after the noun ("los perros rojos"), English before it ("the red
 dogs"). JSON on stdout.
 
-    .venv/bin/python benchmarks/alignments.py > benchmarks/results/alignments.json  # ~12 min
-    .venv/bin/python benchmarks/alignments.py --minutes 0.3 --sentences 20         # quick
+    # ~12 minutes:
+    .venv/bin/python benchmarks/decoding/alignments.py > benchmarks/results/alignments.json
+    .venv/bin/python benchmarks/decoding/alignments.py --minutes 0.3 --sentences 20         # quick
 
 Trains the tiny preset on the built-in corpus for `--minutes` (`run.train`, as tfformer-train
 does; a rerun with the same `--out` continues), then translates held-out sentences that hold a
@@ -25,7 +26,7 @@ import re
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def word_of_pieces(pieces: list[str]) -> list[int]:
@@ -122,7 +123,7 @@ def main() -> int:
         print("no translation holds its phrase: train longer (--minutes)", file=sys.stderr)
         return 1
     print(json.dumps({
-        "command": " ".join(["benchmarks/alignments.py", *sys.argv[1:]]),
+        "command": " ".join(["benchmarks/decoding/alignments.py", *sys.argv[1:]]),
         "machine": f"{os.cpu_count()} CPU cores, {platform.processor() or platform.machine()}",
         "cpu_flags": matmul_flags(),
         "tensorflow": tf.__version__,

@@ -1,6 +1,6 @@
 """Training step of the tiny preset with TensorFlow's oneDNN CPU kernels on and off, in one run.
 
-    .venv/bin/python benchmarks/onednn.py > benchmarks/results/onednn.json
+    .venv/bin/python benchmarks/training/onednn.py > benchmarks/results/onednn.json
 
 TensorFlow turns oneDNN on by itself only on CPUs with AVX-512-class features. On an AVX2-only
 CPU it is off unless TF_ENABLE_ONEDNN_OPTS=1 is set before TensorFlow is imported, which
@@ -21,7 +21,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
 def measure(steps: int) -> dict:
