@@ -17,7 +17,6 @@ import time
 BENCHMARKS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCHMARKS)  # the checkout
 BIN = os.path.dirname(sys.executable)  # where the tfformer-* console scripts are installed
-SHARED_DATA = os.path.join(ROOT, "..", "shared", "data")
 
 
 def logger(name: str):

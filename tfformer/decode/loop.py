@@ -43,12 +43,11 @@ class GrowingLayout:
         """int32 [*shape, 1]: BOS."""
         return ops.full([*shape, 1], BOS_ID, "int32")
 
-    def initial_cache(self, model, memory, copies: int):
-        repeat = lambda x: ops.repeat(x, copies, axis=0)  # noqa: E731  row b*copies+i = b
+    def initial_cache(self, model, memory, per_row):
         if not self.use_cache:
-            self.memory = repeat(memory)
+            self.memory = per_row(memory)
             return []
-        return tree.map_structure(repeat, model.init_cache(memory))
+        return tree.map_structure(per_row, model.init_cache(memory))
 
     def logits(self, model, rows, t, source_mask, cache, projection):
         if not self.use_cache:
@@ -99,9 +98,8 @@ class FixedLayout:
         return ops.concatenate([ops.full([*shape, 1], BOS_ID, "int32"),
                                 ops.full([*shape, self.capacity], PAD_ID, "int32")], axis=-1)
 
-    def initial_cache(self, model, memory, copies: int):
-        repeat = lambda x: ops.repeat(x, copies, axis=0)  # noqa: E731
-        return tree.map_structure(repeat, model.init_cache(memory, capacity=self.capacity))
+    def initial_cache(self, model, memory, per_row):
+        return tree.map_structure(per_row, model.init_cache(memory, capacity=self.capacity))
 
     def logits(self, model, rows, t, source_mask, cache, projection):
         return model.decode(ops.expand_dims(ops.take(rows, t, axis=1), 1), None, source_mask,
@@ -115,10 +113,6 @@ class FixedLayout:
 
     def while_loop(self, cond, body, loop_vars, sequences: tuple[int, ...]):
         return ops.while_loop(cond, body, loop_vars, maximum_iterations=self.capacity)
-
-    def tokens(self, sequences, t):
-        """The tokens generated in the loop's t steps (without BOS)."""
-        return sequences[..., 1:t + 1]
 
 
 def capacity(model, source_ids, max_output_extra: int, prefix_ids=None) -> int:
@@ -159,7 +153,7 @@ class _Search:
         self.token_rules = rules.TokenRules(config.vocab_size, no_repeat_ngram)
         memory, source_mask = model.encode(self.source_ids, training=False)
         self.source_mask = self.per_row(source_mask)
-        self.cache = layout.initial_cache(model, memory, copies)
+        self.cache = layout.initial_cache(model, memory, self.per_row)
         self.projection = model.embedding.projection()  # once, outside the loop
 
     def per_row(self, x):
