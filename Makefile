@@ -17,7 +17,7 @@ NOTF_PACKAGES := keras==3.15.1 jax==0.10.2 jaxlib==0.10.2 numpy h5py sentencepie
 BACKEND_TESTS := tests/test_attention.py tests/test_model.py tests/test_embedding.py \
 	tests/test_mixed_precision.py \
 	tests/test_feed_forward.py tests/test_losses.py tests/test_schedule.py tests/test_config.py \
-	tests/test_keras_search.py tests/test_alignments.py tests/test_backends.py tests/test_store_training.py \
+	tests/test_keras_search.py tests/test_scoring.py tests/test_alignments.py tests/test_backends.py tests/test_store_training.py \
 	tests/test_jax_processes.py
 # Test processes: most tests leave a core idle (Python start-up, subprocesses, small models).
 # worksteal: each worker starts with a contiguous share of the list, which tests/conftest.py

@@ -52,6 +52,7 @@ def place(tmp_path_factory):
     ("export", ["run", "--model-base-path", "readonly/models"]),
     ("average", ["run", "--last", "2", "--out", "readonly/avg.keras"]),
     ("evaluate", ["run", "--data", "test.tsv", "--beam-size", "1", "--out", "readonly/eval"]),
+    ("score", ["run", "--data", "test.tsv", "--output", "readonly/scores.txt"]),
     ("train", ["--out", "readonly/run", "--data", "builtin:100", "--steps", "1",
                "--vocab-size", "120", "--verbose", "0"]),
 ])

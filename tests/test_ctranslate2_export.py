@@ -160,6 +160,28 @@ def test_per_step_log_probabilities_match_ours(translator, model, sentencepiece)
     assert np.std(values) > 0.5  # not a flat distribution: the comparison has teeth
 
 
+def test_our_score_signature_gives_ctranslate2s_score_batch(translator, run_dir,
+                                                           sentencepiece):
+    """The Translator's `score` (the export's signature) and the keras.ops scorer, batched and
+    padded, against CTranslate2's score_batch on the same weights: each token within 1e-4."""
+    from tfformer.decode import scoring
+    from tfformer.decode.translator import load_translator
+
+    ours = load_translator(run_dir)
+    sources = [source for source, _ in PAIRS] + ["hola", ""]
+    targets = [target for _, target in PAIRS] + ["", "hello"]
+    results = translator.score_batch(pieces(sentencepiece, sources),
+                                     pieces(sentencepiece, targets))
+    graph = ours.score_texts(sources, targets)
+    anywhere = scoring.score_texts(ours.model, ours.tokenizer, sources, targets)
+    for result, (score, normalized, token_scores), other in zip(results, graph, anywhere):
+        theirs = np.array(result.log_probs)
+        np.testing.assert_allclose(token_scores, theirs, atol=1e-4)
+        np.testing.assert_allclose(other[2], theirs, atol=1e-4)
+        np.testing.assert_allclose([score, normalized], [theirs.sum(), theirs.mean()],
+                                   atol=1e-3)
+
+
 def test_greedy_search_gives_our_tokens(translator, model, sentencepiece, source_ids):
     ours = ours_best(greedy_search(model, source_ids, EXTRA), source_ids)
     results = translator.translate_batch(

@@ -945,6 +945,71 @@ def check_rest_align(doc: DocRun, result) -> None:
 
 
 @sh_check
+def check_rest_score(doc: DocRun, result) -> None:
+    """One pair's score in the row format: its log P, the mean and |Y| log-probabilities."""
+    from tfformer.contract import (
+        OUTPUT_LENGTHS,
+        OUTPUT_NORMALIZED_SCORES,
+        OUTPUT_SCORES,
+        OUTPUT_TOKEN_SCORES,
+    )
+
+    (prediction,) = json.loads(result.stdout)["predictions"]
+    assert set(prediction) == {OUTPUT_SCORES, OUTPUT_NORMALIZED_SCORES, OUTPUT_TOKEN_SCORES,
+                               OUTPUT_LENGTHS}, prediction
+    tokens = prediction[OUTPUT_TOKEN_SCORES][:prediction[OUTPUT_LENGTHS]]
+    assert len(tokens) >= 2 and all(value <= 0 for value in tokens), prediction
+    assert abs(sum(tokens) - prediction[OUTPUT_SCORES]) < 1e-4, prediction
+    assert abs(prediction[OUTPUT_SCORES] / len(tokens)
+               - prediction[OUTPUT_NORMALIZED_SCORES]) < 1e-5, prediction
+
+
+def pair_scores(doc: DocRun, normalized: bool = False) -> list[float]:
+    """The run's score of each pair of the work directory's test.tsv, from the library."""
+    from tfformer.decode.translator import load_translator
+
+    lines = (doc.work / "test.tsv").read_text(encoding="utf-8").splitlines()
+    pairs = [line.split("\t") for line in lines]
+    scored = load_translator(doc.work / "runs" / "tiny-builtin").score_texts(
+        [s for s, _ in pairs], [t for _, t in pairs])
+    return [normalized_score if normalized else score for score, normalized_score, _ in scored]
+
+
+@sh_check
+def check_score_lines(doc: DocRun, result, tokens: str = "") -> None:
+    """A score per test pair, in order: the library's log P (or, with token scores, the mean
+    per token, then the pieces' log-probabilities)."""
+    check_output_lines(doc, result, str(TEST_PAIRS))
+    rows = [line.split("\t") for line in result.stdout.splitlines()]
+    want = pair_scores(doc, normalized=bool(tokens))
+    for row, score in zip(rows, want):
+        assert abs(float(row[0]) - score) < 1e-4, (row, score)
+        if tokens:
+            values = [float(value) for value in row[1].split()]
+            assert len(values) >= 2 and abs(sum(values) / len(values) - score) < 1e-4, row
+        else:
+            assert len(row) == 1, row
+
+
+@sh_check
+def check_score_file(doc: DocRun, result, path: str) -> None:
+    """`path`: the mean log-probability per token of each test pair, in order."""
+    got = [float(line) for line in doc.path(path).read_text(encoding="utf-8").splitlines()]
+    assert got == pytest.approx(pair_scores(doc, normalized=True), abs=1e-5)
+
+
+@sh_check
+def check_kept_pairs(doc: DocRun, result, fraction: str) -> None:
+    """kept.tsv: the likeliest `fraction` of the test pairs (by mean log-probability per
+    token), likeliest first."""
+    lines = (doc.work / "test.tsv").read_text(encoding="utf-8").splitlines()
+    ranked = sorted(zip(pair_scores(doc, normalized=True), lines), reverse=True)
+    want = [line for _, line in ranked[:int(len(lines) * float(fraction))]]
+    assert 0 < len(want) < len(lines)
+    assert (doc.work / "kept.tsv").read_text(encoding="utf-8").splitlines() == want
+
+
+@sh_check
 def check_alignments(doc: DocRun, result) -> None:
     """One line TRANSLATION<TAB>ALIGNMENT."""
     check_output_lines(doc, result, "1")
@@ -991,6 +1056,10 @@ assert best_two[0][0].score >= best_two[0][1].score
 assert samples[0].text == samples[2].text and all(s.score <= 0 for s in samples)
 assert abs(samples[0].score - samples[2].score) < 1e-4
 assert len(completed) == 1 and completed[0].text.startswith("Hello")
+# The translation's own score, and another target's: log P, its mean, |Y| log-probabilities.
+assert len(scored) == 2 and scored[0].token_scores != scored[1].token_scores
+assert all(abs(sum(s.token_scores) - s.score) < 1e-4 for s in scored)
+assert all(abs(s.score / len(s.token_scores) - s.normalized) < 1e-5 for s in scored)
 """,
 }
 

@@ -105,3 +105,60 @@ def test_a_run_dir_and_its_saved_model_score_alike_and_keep_order(run_and_export
 def test_saved_model_refuses_search_flags(run_and_export):
     _, saved_model, test = run_and_export
     assert evaluate_main([str(saved_model), "--data", str(test), "--beam-size", "4"]) == 2
+
+
+def score_lines(text):
+    """tfformer-score's lines as (score, [token scores])."""
+    rows = [line.split("\t") for line in text.splitlines()]
+    return [(float(row[0]), [float(v) for v in row[1].split()] if len(row) > 1 else None)
+            for row in rows]
+
+
+def test_score_program_scores_each_pair_in_order_with_a_run_or_its_saved_model(
+        run_and_export, tmp_path, capsys):
+    from tfformer.cli.score import main as score_main
+
+    run, saved_model, test = run_and_export
+    pairs = [line.split("\t") for line in test.read_text().splitlines()]
+    sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
+    expected = load_translator(run).score_texts(sources, targets)
+    assert score_main([str(run), "--data", str(test), "--batch-size", "5",
+                       "--token-scores"]) == 0
+    out, err = capsys.readouterr()
+    from_run = score_lines(out)
+    assert "12/12 pairs" in err  # the progress line, batch by batch
+    assert len(from_run) == 12
+    for (got, tokens), (want, _, want_tokens) in zip(from_run, expected):
+        assert got == pytest.approx(want, abs=1e-5)
+        assert tokens == pytest.approx(want_tokens, abs=1e-5)
+    (tmp_path / "src.txt").write_text("".join(s + "\n" for s in sources))
+    (tmp_path / "tgt.txt").write_text("".join(t + "\n" for t in targets))
+    assert score_main([str(saved_model), "--src", str(tmp_path / "src.txt"), "--tgt",
+                       str(tmp_path / "tgt.txt"), "--normalize", "--batch-size", "3",
+                       "--output", str(tmp_path / "scores.txt")]) == 0
+    normalized = score_lines((tmp_path / "scores.txt").read_text())
+    assert [got for got, _ in normalized] == pytest.approx(
+        [want for _, want, _ in expected], abs=1e-5)
+    assert len({round(got, 3) for got, _ in normalized}) > 6  # pairs differ
+
+
+def test_score_program_names_bad_input_and_exits_2(run_and_export, tmp_path, caplog):
+    from tfformer.cli.score import main as score_main
+
+    run, saved_model, _ = run_and_export
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("hola\thello\nsin tabulador\n")
+    too_long = tmp_path / "long.tsv"
+    too_long.write_text("hola\t" + "a " * 80 + "\n")
+    (tmp_path / "one.txt").write_text("uno\n")
+    for model, args, named in (
+            (run, ["--data", str(bad)], "bad.tsv:2"),
+            (run, ["--src", str(bad), "--tgt", str(tmp_path / "one.txt")],
+             "one.txt: 1 lines, but"),
+            (run, ["--data", str(too_long)], "score: targets must each be at most 63 pieces long"),
+            (saved_model, ["--data", str(too_long)], "score: targets must each be at most 63 "
+                                                     "pieces long")):
+        caplog.clear()
+        assert score_main([str(model), *args]) == 2, named
+        assert named in caplog.text, caplog.text
+        assert "Traceback" not in caplog.text

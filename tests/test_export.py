@@ -150,6 +150,12 @@ def test_export_writes_warmup_requests_that_each_signature_runs(exported, transl
         sentences = [s.decode("utf-8") for s in inputs["inputs"].numpy()]
         assert sentences == SENTENCES[:2]
         outputs = loaded.signatures[name](**inputs)
+        if name == "score":  # the sentences scored as their own translations
+            assert [t.decode("utf-8") for t in inputs["targets"].numpy()] == SENTENCES[:2]
+            want = translator.score_texts(SENTENCES[:2], SENTENCES[:2])
+            np.testing.assert_allclose(outputs["scores"].numpy(), [w[0] for w in want],
+                                       atol=1e-5)
+            continue
         texts = [t.decode("utf-8") for t in outputs["translations"].numpy().ravel()]
         if name == NBEST_SIGNATURE:  # the largest k the export takes
             assert inputs["k"].numpy().tolist() == [translator.beam_size] * 2
@@ -192,6 +198,7 @@ def every_signature_calls(translator):
     calls["translate_sample"].update(temperature=[1.0, 0.5, 2.0, 1.0, 1.0],
                                      top_k=[0, 3, 0, 1, 0], top_p=[1.0, 1.0, 0.7, 1.0, 0.9],
                                      seed=[0, 1, 2**40, 3, 17])
+    del calls["score"]  # it answers no translations: its own tests below
     return calls
 
 
@@ -807,3 +814,99 @@ def test_the_server_merges_every_signature_of_the_real_export(exported, translat
             texts = [t.decode("utf-8") for t in np.ravel(answer)]
             want = expected[signature]["translations"]
             assert texts[:len(want)] == want, signature
+
+
+def score_pairs(translator):
+    """SENTENCES with their translations, then with other targets: an empty one, one long."""
+    translations = [text for text, _ in translator.translate_texts(SENTENCES)]
+    others = ["", "the three red dogs eat green apples", "where", "a b c", "hola"]
+    return SENTENCES * 2, translations + others
+
+
+def assert_same_scores(got, expected, atol=1e-4):
+    """client.Score lists (or (score, normalized, token scores) tuples) alike."""
+    got, expected = ([tuple(x) if isinstance(x, tuple) else (x.score, x.normalized,
+                                                              x.token_scores) for x in values]
+                     for values in (got, expected))
+    assert [len(g[2]) for g in got] == [len(e[2]) for e in expected]
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g[:2], e[:2], atol=atol)
+        np.testing.assert_allclose(g[2], e[2], atol=atol)
+
+
+def test_score_signature_answers_alike_in_a_fresh_process_in_process_and_served(
+        exported, translator):
+    """`score` of the export, in a process with tensorflow and tensorflow_text only, through
+    translate_saved_model, over gRPC (also merged by request batching) and REST, gives the
+    in-memory Translator's scores; a bad value is INVALID_ARGUMENT / 400 naming `targets`."""
+    from tfformer.serving.batching import BatchingParameters
+
+    base, path = exported
+    sources, targets = score_pairs(translator)
+    expected = translator.score_texts(sources, targets)
+    assert [len(e[2]) for e in expected[-5:]] == [
+        len(translator.tokenizer.pieces.encode([t])[0]) + 1 for t in targets[-5:]]
+    fresh = run_in_fresh_process(path, {"score": {"inputs": sources, "targets": targets}})
+    width = max(len(e[2]) for e in expected)
+    assert fresh["score"]["shape/token_scores"] == [len(sources), width]
+    rows = np.reshape(fresh["score"]["token_scores"], (len(sources), width))
+    assert_same_scores([(s, n, row[:length]) for s, n, row, length in zip(
+        fresh["score"]["scores"], fresh["score"]["normalized_scores"], rows,
+        fresh["score"]["lengths"])], expected)
+    assert_same_scores(client.translate_saved_model(sources, client.load_saved_model(path),
+                                                    "score", batch_size=3, targets=targets),
+                       expected)
+    predict = "/v1/models/tfformer:predict"
+    batching = BatchingParameters(max_batch_size=16, batch_timeout_micros=300_000,
+                                  num_batch_threads=1)
+    with server.start_server(os.path.join(base, "tfformer"), "tfformer", rest_api_port=0,
+                             workers=8, poll_seconds=0, batching=batching) as handle:
+        over_grpc = client.translate(sources, server=handle.address, signature="score",
+                                     targets=targets, timeout=60)
+
+        def one(index):  # one pair a request: the batcher merges targets of other lengths
+            return client.translate(sources[index:index + 1], server=handle.address,
+                                    signature="score", targets=targets[index:index + 1],
+                                    timeout=120)[0]
+
+        with futures.ThreadPoolExecutor(len(sources)) as pool:
+            merged = list(pool.map(one, range(len(sources))))
+        tasks, batches = handle.batcher.tasks_run, handle.batcher.batches_run
+        rest_rows = call(handle.rest_address, predict, {
+            "signature_name": "score",
+            "instances": [{"inputs": s, "targets": t} for s, t in zip(sources, targets)]})
+        rest_columns = call(handle.rest_address, predict, {
+            "signature_name": "score", "inputs": {"inputs": sources, "targets": targets}})
+        with pytest.raises(client.TranslationError) as too_long:
+            client.translate(["hola"], server=handle.address, signature="score",
+                             targets=["a " * 300], timeout=60)
+        refused = [call(handle.rest_address, predict, body) for body in (
+            {"signature_name": "score", "instances": [{"inputs": "hola", "targets": "a " * 300}]},
+            {"signature_name": "score", "inputs": {"inputs": ["a", "b"], "targets": ["x"]}})]
+    assert_same_scores(over_grpc, expected)
+    assert_same_scores(merged, expected, atol=1e-5)
+    assert batches < tasks
+    status, body = rest_rows
+    assert status == 200, body
+    assert_same_scores([(p["scores"], p["normalized_scores"], p["token_scores"][:p["lengths"]])
+                        for p in body["predictions"]], expected)
+    status, body = rest_columns
+    assert status == 200, body
+    outputs = body["outputs"]
+    assert_same_scores([(s, n, row[:length]) for s, n, row, length in zip(
+        outputs["scores"], outputs["normalized_scores"], outputs["token_scores"],
+        outputs["lengths"])], expected)
+    assert too_long.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    limit = translator.model.transformer_config.max_length - 1
+    assert f"score: targets must each be at most {limit} pieces long (max_length - 1), got " \
+        "lengths] [300]" in too_long.value.details
+    # Request batching refuses inputs of unequal batches itself, as TF Serving's does; the
+    # graph names the input.
+    for (status, body), named in zip(refused, (f"targets must each be at most {limit} pieces",
+                                               "must have equal 0th-dimension size")):
+        assert status == 400 and named in body["error"], body
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"score: targets must have one value per sentence: inputs has\] "
+                             r"\[2\] \[values and targets has\] \[1\]"):
+        client.load_saved_model(path).signatures["score"](inputs=tf.constant(["a", "b"]),
+                                                          targets=tf.constant(["x"]))

@@ -20,6 +20,12 @@ Serving's request batching can merge requests (`SIGNATURE_INPUTS`):
   fast_align writes them): for target piece j (0-based, EOS excluded) the source piece i it
   attends to most, in the cross-attention of the last decoder layer averaged over its heads
   (fairseq's `--print-alignment` convention); pieces are the tokenizer's SentencePiece pieces.
+- `score`: `targets` tf.string: given translations, scored by teacher forcing
+  (`tfformer.decode.scoring`): `scores` float32 [batch], log P(target | source);
+  `normalized_scores` float32 [batch], that / |Y|; `token_scores` float32 [batch, T], each
+  piece's log-probability and EOS's, 0.0 past the pair's |Y| (T: the longest |Y| of the
+  batch); `lengths` int32 [batch], |Y| = the target's pieces + 1. A target may be at most the
+  model's max_length - 1 pieces long.
 A value out of range fails in the graph (InvalidArgument, naming the input). Like TF Serving's
 file system source, any other name than a version number (e.g. a staging directory renamed into
 place when complete) is not a version.
@@ -37,9 +43,10 @@ NBEST_SIGNATURE = "translate_nbest"
 SAMPLE_SIGNATURE = "translate_sample"
 PREFIX_SIGNATURE = "translate_prefix"
 ALIGN_SIGNATURE = "translate_align"
+SCORE_SIGNATURE = "score"
 BEST_SIGNATURE_NAMES = (DEFAULT_SIGNATURE, TRANSLATE_SIGNATURE)  # the best hypothesis only
 SIGNATURE_NAMES = (*BEST_SIGNATURE_NAMES, NBEST_SIGNATURE, SAMPLE_SIGNATURE, PREFIX_SIGNATURE,
-                   ALIGN_SIGNATURE)
+                   ALIGN_SIGNATURE, SCORE_SIGNATURE)
 INPUT_NAME = "inputs"
 NBEST_K_NAME = "k"  # translate_nbest's second input
 TEMPERATURE_NAME = "temperature"
@@ -47,10 +54,11 @@ TOP_K_NAME = "top_k"
 TOP_P_NAME = "top_p"
 SEED_NAME = "seed"
 PREFIXES_NAME = "prefixes"
+TARGETS_NAME = "targets"  # score's second input
 # Every input's dtype; each is a vector [batch].
 INPUT_DTYPES = {INPUT_NAME: "string", NBEST_K_NAME: "int32", TEMPERATURE_NAME: "float32",
                 TOP_K_NAME: "int32", TOP_P_NAME: "float32", SEED_NAME: "int64",
-                PREFIXES_NAME: "string"}
+                PREFIXES_NAME: "string", TARGETS_NAME: "string"}
 # What an input left out of a request means to the clients (the off values of sampling); `k`
 # and `prefixes` have none. The signatures themselves take every input they name.
 INPUT_DEFAULTS = {TEMPERATURE_NAME: 1.0, TOP_K_NAME: 0, TOP_P_NAME: 1.0, SEED_NAME: 0}
@@ -61,10 +69,15 @@ SIGNATURE_INPUTS = {
     SAMPLE_SIGNATURE: (INPUT_NAME, TEMPERATURE_NAME, TOP_K_NAME, TOP_P_NAME, SEED_NAME),
     PREFIX_SIGNATURE: (INPUT_NAME, PREFIXES_NAME),
     ALIGN_SIGNATURE: (INPUT_NAME,),
+    SCORE_SIGNATURE: (INPUT_NAME, TARGETS_NAME),
 }
 OUTPUT_TRANSLATIONS = "translations"
 OUTPUT_SCORES = "scores"
 OUTPUT_ALIGNMENTS = "alignments"  # translate_align's third output
+# score's outputs besides `scores`.
+OUTPUT_NORMALIZED_SCORES = "normalized_scores"
+OUTPUT_TOKEN_SCORES = "token_scores"
+OUTPUT_LENGTHS = "lengths"
 OUTPUT_NAMES = (OUTPUT_TRANSLATIONS, OUTPUT_SCORES)
 DEFAULT_MODEL_NAME = "tfformer"
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import sacrebleu
 
@@ -52,11 +52,12 @@ def score(hypotheses: Sequence[str], references: Sequence[str]) -> Scores:
 
 def translate_in_length_order(translate: TranslateBatch, sources: Sequence[str],
                               batch_size: int = 32,
-                              progress: Callable[[int], None] | None = None) -> list[str]:
-    """Translates `sources` in batches of similar length (less padding, shorter searches) and
-    returns the hypotheses in the order of `sources`; `progress(n)` is called after each batch
-    with the number of sentences done."""
-    order = sorted(range(len(sources)), key=lambda i: (len(sources[i]), i))
+                              progress: Callable[[int], None] | None = None,
+                              length: Callable[[Any], int] = len) -> list[str]:
+    """Translates `sources` in batches of similar `length` (less padding, shorter searches)
+    and returns the hypotheses in the order of `sources`; `progress(n)` is called after each
+    batch with the number of sentences done. Any items go: `length` measures one."""
+    order = sorted(range(len(sources)), key=lambda i: (length(sources[i]), i))
     hypotheses: list[str | None] = [None] * len(sources)
     done = 0
     for translated in translate_in_batches(translate, [sources[i] for i in order], batch_size):
@@ -103,6 +104,18 @@ def read_test_set(tsv: str | None = None, source_file: str | None = None,
     return sides[0], sides[1], f"{source_file} + {reference_file}"
 
 
+def load_run_translator(path: str, **decoding):
+    """The run directory's translator: the graph `Translator` where TensorFlow runs the model,
+    else a `KerasTranslator` (the same tokens and scores)."""
+    from tfformer.utils.backends import on_tensorflow
+
+    if on_tensorflow():
+        from tfformer.decode.translator import load_translator
+    else:
+        from tfformer.decode.keras_translator import load_keras_translator as load_translator
+    return load_translator(path, **decoding)
+
+
 def load_translate_batch(path: str, *, checkpoint: str | None = None,
                          average: int | None = None, beam_size: int | None = None,
                          length_penalty: float | None = None,
@@ -123,13 +136,8 @@ def load_translate_batch(path: str, *, checkpoint: str | None = None,
     if checkpoint and average:
         raise ValueError("give --checkpoint or --average, not both")
     from tfformer.train.checkpoints import average_last
-    from tfformer.utils.backends import on_tensorflow
 
-    if on_tensorflow():
-        from tfformer.decode.translator import load_translator
-    else:
-        from tfformer.decode.keras_translator import load_keras_translator as load_translator
-    translator = load_translator(path, **{k: v for k, v in search.items() if v is not None})
+    translator = load_run_translator(path, **{k: v for k, v in search.items() if v is not None})
     weights = "model.keras"
     if checkpoint:
         if not os.path.exists(checkpoint):
@@ -145,3 +153,31 @@ def load_translate_batch(path: str, *, checkpoint: str | None = None,
 
     return translate, {"model": path, "kind": "run_dir", "weights": weights,
                        "search": dataclasses.asdict(translator.decoding)}
+
+
+# (score, normalized score, token scores) of a pair: `tfformer.decode.scoring`'s.
+PairScore = tuple[float, float, list[float]]
+
+
+def load_scorer(path: str) -> Callable[[list[tuple[str, str]]], list[PairScore]]:
+    """A function scoring a batch of (source, target) pairs with the model at `path`: a run
+    directory (on any backend: `tfformer.decode.scoring`) or an exported SavedModel (its
+    `score` signature)."""
+    if saved_model_dir(path) is not None:
+        from tfformer.contract import SCORE_SIGNATURE, TARGETS_NAME
+        from tfformer.serving.client import load_saved_model, translate_saved_model
+
+        saved_model = load_saved_model(path)
+
+        def score_saved_model(batch: list[tuple[str, str]]) -> list[PairScore]:
+            scores = translate_saved_model([s for s, _ in batch], saved_model, SCORE_SIGNATURE,
+                                           len(batch), **{TARGETS_NAME: [t for _, t in batch]})
+            return [(s.score, s.normalized, list(s.token_scores)) for s in scores]
+
+        return score_saved_model
+    translator = load_run_translator(path)
+
+    def score(batch: list[tuple[str, str]]) -> list[PairScore]:
+        return translator.score_texts([s for s, _ in batch], [t for _, t in batch])
+
+    return score

@@ -9,6 +9,7 @@ process; so does the benchmark, with this worker:
 
     worker = CT2Process(model_dir, threads=2, compute_type="int8")
     worker.translate_batch([pieces, ...], beam_size=4)   # the best hypothesis of each
+    worker.score_batch([pieces, ...], [pieces, ...])     # each target's log-probabilities
     worker.close()
 
 The worker imports ctranslate2 alone, reads one JSON request per line on stdin and answers
@@ -39,13 +40,23 @@ class CT2Process:
                         **options) -> list[list[str]] | None:
         """`Translator.translate_batch(tokens, **options)`; with `hypotheses`, the best
         hypothesis of each sentence (else None, and nothing crosses the pipe)."""
-        request = {"tokens": tokens, "options": options, "hypotheses": hypotheses}
+        return self._call({"tokens": tokens, "options": options,
+                           "hypotheses": hypotheses})["hypotheses"]
+
+    def score_batch(self, sources: list[list[str]], targets: list[list[str]], *,
+                    log_probs: bool = False, **options) -> list[list[float]] | None:
+        """`Translator.score_batch(sources, targets, **options)`; with `log_probs`, each
+        target's log-probabilities (else None, and nothing crosses the pipe)."""
+        return self._call({"tokens": sources, "targets": targets, "options": options,
+                           "log_probs": log_probs})["log_probs"]
+
+    def _call(self, request: dict) -> dict:
         self.process.stdin.write(json.dumps(request) + "\n")
         self.process.stdin.flush()
         answer = self.process.stdout.readline()
         if not answer:
             raise RuntimeError(f"the CTranslate2 worker exited ({self.process.wait()})")
-        return json.loads(answer)["hypotheses"]
+        return json.loads(answer)
 
     def close(self) -> None:
         if self.process.poll() is None:
@@ -67,6 +78,12 @@ def serve(model_dir: str, threads: int, compute_type: str) -> None:
     print("ready", flush=True)
     for line in sys.stdin:
         request = json.loads(line)
+        if "targets" in request:
+            results = translator.score_batch(request["tokens"], request["targets"],
+                                             **request["options"])
+            print(json.dumps({"log_probs": [result.log_probs for result in results]
+                              if request["log_probs"] else None}), flush=True)
+            continue
         results = translator.translate_batch(request["tokens"], **request["options"])
         best = ([result.hypotheses[0] for result in results] if request["hypotheses"]
                 else None)

@@ -8,7 +8,7 @@ import os
 from typing import Sequence
 
 from tfformer.config import DecodingConfig
-from tfformer.decode import keras_search
+from tfformer.decode import keras_search, scoring
 from tfformer.utils.backends import on_tensorflow
 from tfformer.utils.run_dir import RunDir
 
@@ -43,10 +43,17 @@ class KerasTranslator:
             self.decoding.no_repeat_ngram, self.decoding.length_penalty_form)
 
 
+    def score_texts(self, sources: Sequence[str], targets: Sequence[str]
+                    ) -> list[tuple[float, float, list[float]]]:
+        """(score, normalized score, token scores) of each (source, target) pair, in order, as
+        the export's `score` gives them (`tfformer.decode.scoring`)."""
+        return scoring.score_texts(self.model, self.tokenizer, sources, targets)
+
+
 def translator_for(model, tokenizer, **decoding):
     """The in-graph `Translator` where TensorFlow runs the model (the export's search), else an
-    `KerasTranslator`: either has `translate_texts`, `translate_texts_aligned` and
-    `decoding`."""
+    `KerasTranslator`: either has `translate_texts`, `translate_texts_aligned`, `score_texts`
+    and `decoding`."""
     if on_tensorflow():
         from tfformer.decode.translator import Translator
 

@@ -20,19 +20,25 @@ from tfformer.contract import (
     NBEST_K_NAME,
     NBEST_SIGNATURE,
     OUTPUT_ALIGNMENTS,
+    OUTPUT_LENGTHS,
+    OUTPUT_NORMALIZED_SCORES,
     OUTPUT_SCORES,
+    OUTPUT_TOKEN_SCORES,
     OUTPUT_TRANSLATIONS,
     PREFIX_SIGNATURE,
     PREFIXES_NAME,
     SAMPLE_SIGNATURE,
+    SCORE_SIGNATURE,
     SEED_NAME,
     SIGNATURE_INPUTS,
+    TARGETS_NAME,
     TEMPERATURE_NAME,
     TOP_K_NAME,
     TOP_P_NAME,
     TRANSLATE_SIGNATURE,
 )
 from tfformer.data.tokenizer import Tokenizer, load_tokenizer
+from tfformer.decode import scoring
 from tfformer.decode.alignments import alignment_indices, pharaoh
 from tfformer.decode.search import SearchResult, beam_search, greedy_search, sample_search
 from tfformer.model.precision import check_inference_precision, dtype_policy
@@ -61,7 +67,8 @@ class Translator(tf.Module):
     `translate_sample(inputs, temperature, top_k, top_p, seed)` a sample,
     `translate_prefix(inputs, prefixes)` a translation that continues each prefix,
     `translate_align(inputs)` `translate`'s outputs and each translation's word alignment
-    (`tfformer.decode.alignments`).
+    (`tfformer.decode.alignments`), `score(inputs, targets)` given translations' log P
+    (`tfformer.decode.scoring`).
     """
 
     def __init__(self, model: Transformer, tokenizer: Tokenizer, *, beam_size: int | None = None,
@@ -96,6 +103,7 @@ class Translator(tf.Module):
         self.translate_sample = self._function(self._translate_sample, SAMPLE_SIGNATURE)
         self.translate_prefix = self._function(self._translate_prefix, PREFIX_SIGNATURE)
         self.translate_align = self._function(self._translate_align, ALIGN_SIGNATURE)
+        self.score = self._function(self._score, SCORE_SIGNATURE)
 
     @staticmethod
     def _function(method, signature: str):
@@ -109,7 +117,8 @@ class Translator(tf.Module):
         `tfformer.contract` (the export saves them; its checks call them)."""
         return {DEFAULT_SIGNATURE: self.translate, TRANSLATE_SIGNATURE: self.translate,
                 NBEST_SIGNATURE: self.translate_nbest, SAMPLE_SIGNATURE: self.translate_sample,
-                PREFIX_SIGNATURE: self.translate_prefix, ALIGN_SIGNATURE: self.translate_align}
+                PREFIX_SIGNATURE: self.translate_prefix, ALIGN_SIGNATURE: self.translate_align,
+                SCORE_SIGNATURE: self.score}
 
     def search(self, source_ids: tf.Tensor, n_best: int = 1,
                prefix_ids: tf.Tensor | None = None) -> SearchResult:
@@ -177,6 +186,37 @@ class Translator(tf.Module):
         result = self.search(source_ids)
         indices = alignment_indices(self.model, source_ids, result.tokens[:, 0])
         return {**self._best(result), OUTPUT_ALIGNMENTS: pharaoh(indices)}
+
+    def _score(self, inputs, targets):
+        pieces = self.tokenizer.tokenize(targets)
+        limit = scoring.max_target_pieces(self.model.transformer_config)
+        inputs = _checked(SCORE_SIGNATURE, inputs, {TARGETS_NAME: targets}, [
+            (pieces.row_lengths() <= limit, TARGETS_NAME,
+             f"must each be at most {limit} pieces long (max_length - 1), got "
+             f"lengths", pieces.row_lengths())])
+        token_scores, lengths = scoring.token_log_probs(
+            self.model, self._source_ids(inputs), pieces.to_tensor(default_value=PAD_ID))
+        scores, normalized = scoring.sequence_scores(token_scores, lengths)
+        return {OUTPUT_SCORES: scores, OUTPUT_NORMALIZED_SCORES: normalized,
+                OUTPUT_TOKEN_SCORES: token_scores, OUTPUT_LENGTHS: lengths}
+
+    def score_texts(self, sources: Sequence[str], targets: Sequence[str]
+                    ) -> list[tuple[float, float, list[float]]]:
+        """(score, normalized score, token scores) of each (source, target) pair, in order
+        (`score`). Raises ValueError for lists of different lengths; an over-long target
+        fails in the graph (InvalidArgumentError naming `targets`)."""
+        if len(sources) != len(targets):
+            raise ValueError(f"{len(sources)} sources for {len(targets)} targets")
+        if not len(sources):
+            return []
+        outputs = self.score(tf.constant(list(sources), tf.string),
+                             tf.constant(list(targets), tf.string))
+        token_scores, lengths = (outputs[name].numpy()
+                                 for name in (OUTPUT_TOKEN_SCORES, OUTPUT_LENGTHS))
+        return [(float(score), float(normalized), row[:length].tolist())
+                for score, normalized, row, length in zip(
+                    outputs[OUTPUT_SCORES].numpy(), outputs[OUTPUT_NORMALIZED_SCORES].numpy(),
+                    token_scores, lengths)]
 
     def translate_texts(self, sentences: Sequence[str]) -> list[tuple[str, float]]:
         """Translates Python strings; returns (translation, score) pairs in order."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -27,14 +28,18 @@ from tfformer.contract import (
     NBEST_K_NAME,
     NBEST_SIGNATURE,
     OUTPUT_ALIGNMENTS,
+    OUTPUT_LENGTHS,
     OUTPUT_SCORES,
+    OUTPUT_TOKEN_SCORES,
     OUTPUT_TRANSLATIONS,
     PREFIX_SIGNATURE,
     PREFIXES_NAME,
     SAMPLE_SIGNATURE,
+    SCORE_SIGNATURE,
     SEED_NAME,
     SIGNATURE_INPUTS,
     SIGNATURE_NAMES,
+    TARGETS_NAME,
     TEMPERATURE_NAME,
     TOP_K_NAME,
     TOP_P_NAME,
@@ -44,6 +49,10 @@ from tfformer.contract import (
 from tfformer.decode.translator import Translator
 from tfformer.export.warmup import warmup_requests, write_warmup_requests
 from tfformer.utils.backends import HIDDEN_AT_TENSORFLOW_IMPORT
+
+# How far the reloaded export's log-probabilities may be from the in-memory ones (the same graph
+# on another process's thread pools: float32 sums in another order).
+SCORE_TOLERANCE = 1e-4
 
 # Sentences of each warmup request (the first check sentences): a short request per signature
 # is enough for TF Serving to run each one once before it serves.
@@ -187,10 +196,12 @@ def run_in_fresh_process(export_dir: str | os.PathLike, calls: dict[str, dict[st
 
 
 def check_calls(sentences: Sequence[str], k: int,
-                prefixes: Sequence[str] | None = None) -> dict[str, dict[str, list]]:
+                prefixes: Sequence[str] | None = None,
+                targets: Sequence[str] | None = None) -> dict[str, dict[str, list]]:
     """One call of each signature on `sentences`: translate_nbest with `k`, translate_sample
     with temperature 1, no top-k or top-p and seed i for sentence i, translate_prefix with
-    `prefixes` (default: empty ones), translate_align."""
+    `prefixes` (default: empty ones), translate_align, score with `targets` (default: the
+    sentences themselves)."""
     sentences = list(sentences)
     n = len(sentences)
     return {
@@ -201,6 +212,8 @@ def check_calls(sentences: Sequence[str], k: int,
         PREFIX_SIGNATURE: {INPUT_NAME: sentences,
                            PREFIXES_NAME: list(prefixes) if prefixes is not None else [""] * n},
         ALIGN_SIGNATURE: {INPUT_NAME: sentences},
+        SCORE_SIGNATURE: {INPUT_NAME: sentences,
+                          TARGETS_NAME: list(targets) if targets is not None else sentences},
     }
 
 
@@ -272,7 +285,8 @@ def export_saved_model(translator: Translator, model_base_path: str | os.PathLik
     before the version serves. Checks: every op is one stock TF Serving has (`check_ops`),
     and, for `check_sentences`, a fresh process that imports only tensorflow and
     tensorflow_text translates exactly as the in-memory `translator` does, through every
-    signature (the whole n-best list, samples, prefixes). A failed check removes nothing but
+    signature (the whole n-best list, samples, prefixes; `score` of the translations within
+    SCORE_TOLERANCE). A failed check removes nothing but
     raises ExportError, and the version directory is only renamed into place once it passed,
     so TF Serving never loads it.
 
@@ -312,21 +326,36 @@ def export_saved_model(translator: Translator, model_base_path: str | os.PathLik
             expected = run_in_memory(translator, {DEFAULT_SIGNATURE: calls[DEFAULT_SIGNATURE]},
                                      signatures)
             longest = translator.max_prefix_pieces // 2
-            calls[PREFIX_SIGNATURE][PREFIXES_NAME] = [
-                text.split(" ")[0][:longest]
-                for text in expected[DEFAULT_SIGNATURE][OUTPUT_TRANSLATIONS]]
+            translations = expected[DEFAULT_SIGNATURE][OUTPUT_TRANSLATIONS]
+            calls[PREFIX_SIGNATURE][PREFIXES_NAME] = [text.split(" ")[0][:longest]
+                                                      for text in translations]
+            calls[SCORE_SIGNATURE][TARGETS_NAME] = translations
             expected.update(run_in_memory(translator, {signature: inputs for signature, inputs
                                                        in calls.items()
                                                        if signature != DEFAULT_SIGNATURE},
                                           signatures))
             got = fresh.answers(calls)
         for signature in calls:
-            _check_same(check_sentences, expected[signature][OUTPUT_TRANSLATIONS],
-                        got[signature][OUTPUT_TRANSLATIONS], f" ({signature})")
+            if signature != SCORE_SIGNATURE:
+                _check_same(check_sentences, expected[signature][OUTPUT_TRANSLATIONS],
+                            got[signature][OUTPUT_TRANSLATIONS], f" ({signature})")
+        _check_scores(check_sentences, expected[SCORE_SIGNATURE], got[SCORE_SIGNATURE])
         _check_same(check_sentences, expected[ALIGN_SIGNATURE][OUTPUT_ALIGNMENTS],
                     got[ALIGN_SIGNATURE][OUTPUT_ALIGNMENTS], f" ({ALIGN_SIGNATURE} alignments)")
     os.rename(staging_dir, final_dir)
     return final_dir
+
+
+def _check_scores(sentences: Sequence[str], expected: dict, got: dict) -> None:
+    """The reloaded `score` gives the in-memory lengths, and log-probabilities within
+    SCORE_TOLERANCE."""
+    _check_same(sentences, expected[OUTPUT_LENGTHS], got[OUTPUT_LENGTHS], f" ({SCORE_SIGNATURE} "
+                f"{OUTPUT_LENGTHS})")
+    worst = max((abs(a - b) for a, b in zip(expected[OUTPUT_TOKEN_SCORES],
+                                            got[OUTPUT_TOKEN_SCORES])), default=0.0)
+    if not math.isfinite(worst) or worst > SCORE_TOLERANCE:
+        raise ExportError(f"the reloaded export's {SCORE_SIGNATURE} differs from the in-memory "
+                          f"Translator's by up to {worst:.3g} (tolerance {SCORE_TOLERANCE})")
 
 
 def _check_same(sentences: Sequence[str], expected: list, got: list, what: str = "") -> None:

@@ -8,7 +8,8 @@ in this process instead. Both take any signature of the export (``tfformer.contr
 inputs by name: ``translate(sentences, signature="translate_nbest", k=4)`` gives the 4 best
 hypotheses of each sentence, ``signature="translate_sample", temperature=0.8`` a sample,
 ``signature="translate_prefix", prefixes="Hello"`` a continuation, ``signature=
-"translate_align"`` each translation's word alignment. Each input takes one value for every
+"translate_align"`` each translation's word alignment, ``signature="score", targets=[...]``
+each given translation's ``Score``. Each input takes one value for every
 sentence or a list of one per sentence: each is an input [batch] of the signature. A new
 signature adds no function here: the contract names its inputs.
 
@@ -25,6 +26,7 @@ import warnings
 from typing import Any, Iterable, Optional, Sequence
 
 import grpc
+import numpy as np
 
 from tfformer.contract import (
     ALIGN_SIGNATURE,
@@ -35,13 +37,18 @@ from tfformer.contract import (
     NBEST_K_NAME,
     NBEST_SIGNATURE,
     OUTPUT_ALIGNMENTS,
+    OUTPUT_LENGTHS,
+    OUTPUT_NORMALIZED_SCORES,
     OUTPUT_SCORES,
+    OUTPUT_TOKEN_SCORES,
     OUTPUT_TRANSLATIONS,
     PREFIX_SIGNATURE,
     PREFIXES_NAME,
     SAMPLE_SIGNATURE,
+    SCORE_SIGNATURE,
     SEED_NAME,
     SIGNATURE_INPUTS,
+    TARGETS_NAME,
     TEMPERATURE_NAME,
     TOP_K_NAME,
     TOP_P_NAME,
@@ -74,6 +81,29 @@ class Translation:
     text: str
     score: float
     alignment: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Score:
+    """A given translation's log P(target | source) (``score``), that / |Y| (``normalized``)
+    and the log-probability of each of its pieces and of EOS (``token_scores``, |Y| values)."""
+
+    score: float
+    normalized: float
+    token_scores: tuple[float, ...]
+
+
+SCORE_OUTPUTS = (OUTPUT_SCORES, OUTPUT_NORMALIZED_SCORES, OUTPUT_TOKEN_SCORES, OUTPUT_LENGTHS)
+
+
+def _scored(outputs: dict[str, Any]) -> list[Score]:
+    """The Scores of a `score` signature's outputs (arrays by name)."""
+    token_scores = np.asarray(outputs[OUTPUT_TOKEN_SCORES])
+    token_scores = token_scores.reshape(len(outputs[OUTPUT_LENGTHS]), -1)
+    return [Score(float(score), float(normalized), tuple(row[:int(length)].tolist()))
+            for score, normalized, row, length in zip(
+                outputs[OUTPUT_SCORES], outputs[OUTPUT_NORMALIZED_SCORES], token_scores,
+                outputs[OUTPUT_LENGTHS], strict=True)]
 
 
 class TranslationError(RuntimeError):
@@ -147,9 +177,25 @@ def make_predict_request(sentences: Sequence[str], model: str = DEFAULT_MODEL,
         request.inputs[name].CopyFrom(
             string_tensor([v.encode("utf-8") for v in values]) if dtype == "string"
             else vector_tensor(values, dtype))
-    request.output_filter.extend([OUTPUT_TRANSLATIONS, OUTPUT_SCORES]
-                                 + ([OUTPUT_ALIGNMENTS] if alignments else []))
+    request.output_filter.extend(
+        SCORE_OUTPUTS if signature == SCORE_SIGNATURE else
+        [OUTPUT_TRANSLATIONS, OUTPUT_SCORES] + ([OUTPUT_ALIGNMENTS] if alignments else []))
     return request
+
+
+def parse_score_response(response: predict_pb2.PredictResponse, expected: int,
+                         server: Optional[str] = None) -> list[Score]:
+    """The ``expected`` Scores of a ``score`` response."""
+    arrays = {}
+    for name in SCORE_OUTPUTS:
+        if name not in response.outputs:
+            raise TranslationError(None, f"response has no output {name!r} "
+                                         f"(outputs: {sorted(response.outputs)})", server)
+        arrays[name] = make_ndarray(response.outputs[name])
+        if len(arrays[name]) != expected:
+            raise TranslationError(None, f"output {name!r} has {len(arrays[name])} rows for "
+                                         f"{expected} pairs", server)
+    return _scored(arrays)
 
 
 def parse_predict_response(response: predict_pb2.PredictResponse, expected: int,
@@ -241,6 +287,8 @@ def _predict_over_grpc(sentences: Sequence[str], server: str, timeout: float,
             if nbest:
                 return parse_nbest_response(response, [rows[i][NBEST_K_NAME] for i in indices],
                                             target)
+            if signature == SCORE_SIGNATURE:
+                return parse_score_response(response, len(batch), target)
             return parse_predict_response(response, len(batch), target, alignments=alignments)
 
         return [translation for batch in translate_in_batches(
@@ -273,8 +321,9 @@ def signature_inputs(signature: str, given: dict[str, Any], count: int) -> dict[
             raise ValueError(f"{signature} needs {name}")
     if NBEST_K_NAME in feeds:
         feeds[NBEST_K_NAME] = _check_ks(feeds[NBEST_K_NAME], count)
-    if PREFIXES_NAME in feeds and not isinstance(feeds[PREFIXES_NAME], str):
-        feeds[PREFIXES_NAME] = list(feeds[PREFIXES_NAME])
+    for name in (PREFIXES_NAME, TARGETS_NAME):
+        if name in feeds and not isinstance(feeds[name], str):
+            feeds[name] = list(feeds[name])
     return feeds
 
 
@@ -289,7 +338,7 @@ def translate(
     version: Optional[int] = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     **inputs: Any,
-) -> list[Translation] | list[list[Translation]]:
+) -> list[Translation] | list[list[Translation]] | list[Score]:
     """Translate ``sentences`` with a TF Serving (or ``tfformer.serving.server``) model over gRPC,
     with any of its signatures (``tfformer.contract``) and that signature's inputs by name,
     each one value for every sentence or a list of one per sentence::
@@ -299,10 +348,12 @@ def translate(
         translate(sentences, server=SERVER, signature="translate_sample", temperature=0.8,
                   top_p=0.9, seed=[1, 2])
         translate(sentences, server=SERVER, signature="translate_prefix", prefixes="Hello")
+        translate(sentences, server=SERVER, signature="score", targets=translations)
 
     An input left out takes its default (``contract.INPUT_DEFAULTS``: sampling's off values;
-    ``k`` and ``prefixes`` are needed). ``translate_nbest`` gives a list of k ``Translation``s per
-    sentence, best first; ``translate_align`` each with its ``alignment``.
+    ``k``, ``prefixes`` and ``targets`` are needed). ``translate_nbest`` gives a list of k
+    ``Translation``s per sentence, best first; ``translate_align`` each with its
+    ``alignment``; ``score`` a ``Score`` per (sentence, target) pair.
 
     One Predict call per ``batch_size`` sentences, each with ``timeout`` seconds. ``channel`` is
     used (and left open) when given; otherwise a channel to ``server`` is opened and closed.
@@ -397,7 +448,8 @@ def _signature(saved_model: Any, signature: str) -> Any:
 def translate_saved_model(sentences: Sequence[str], saved_model: Any,
                           signature: str = DEFAULT_SIGNATURE,
                           batch_size: int = DEFAULT_BATCH_SIZE,
-                          **inputs: Any) -> list[Translation] | list[list[Translation]]:
+                          **inputs: Any
+                          ) -> list[Translation] | list[list[Translation]] | list[Score]:
     """``translate`` in this process, with a loaded SavedModel (from ``load_saved_model``) or a
     path: any signature, its inputs by name, the same results. A value out of range raises
     tf.errors.InvalidArgumentError."""
@@ -421,6 +473,8 @@ def translate_saved_model(sentences: Sequence[str], saved_model: Any,
             batch[name] = tf.constant([rows[i][name] for i in indices],
                                       dtype=tf.as_dtype(INPUT_DTYPES[name]))
         outputs = function(**batch)
+        if signature == SCORE_SIGNATURE:
+            return _scored({name: outputs[name].numpy() for name in SCORE_OUTPUTS})
         texts, scores = outputs[OUTPUT_TRANSLATIONS].numpy(), outputs[OUTPUT_SCORES].numpy()
         if nbest:
             return [_decode(texts[row, :rows[i][NBEST_K_NAME]], scores[row, :rows[i][NBEST_K_NAME]])
