@@ -945,6 +945,31 @@ def check_rest_align(doc: DocRun, result) -> None:
 
 
 @sh_check
+def check_rest_document(doc: DocRun, result) -> None:
+    """One document of three sentences, its blank line kept."""
+    (prediction,) = json.loads(result.stdout)["predictions"]
+    assert prediction["sentences"] == 3 and prediction["splits"] == [1, 1, 1], prediction
+    assert prediction["translations"].count("\n\n") == 1, prediction
+    assert len(prediction["scores"]) == 3 and all(v <= 0 for v in prediction["scores"])
+
+
+@sh_check
+def check_document(doc: DocRun, result) -> None:
+    """One document translated on one line: its three sentences, two spaces kept."""
+    check_output_lines(doc, result, "1")
+    assert "  " in result.stdout, result.stdout
+
+
+@sh_check
+def check_document_file(doc: DocRun, result) -> None:
+    """output.txt: a line per line of input.txt, the blank one blank, nothing on stdout."""
+    assert result.stdout == ""
+    lines = doc.path("output.txt").read_text(encoding="utf-8").split("\n")
+    assert len(lines) == len(INPUT_LINES) + 1 and lines[-1] == "", lines
+    assert [bool(line) for line in lines[:-1]] == [bool(line) for line in INPUT_LINES], lines
+
+
+@sh_check
 def check_rest_score(doc: DocRun, result) -> None:
     """One pair's score in the row format: its log P, the mean and |Y| log-probabilities."""
     from tfformer.contract import (
@@ -1058,6 +1083,8 @@ assert abs(samples[0].score - samples[2].score) < 1e-4
 assert len(completed) == 1 and completed[0].text.startswith("Hello")
 # The translation's own score, and another target's: log P, its mean, |Y| log-probabilities.
 assert len(scored) == 2 and scored[0].token_scores != scored[1].token_scores
+assert len(documents) == 1 and documents[0].splits == (1, 1, 1)
+assert documents[0].text.count("\\n\\n") == 1 and len(documents[0].scores) == 3
 assert all(abs(sum(s.token_scores) - s.score) < 1e-4 for s in scored)
 assert all(abs(s.score / len(s.token_scores) - s.normalized) < 1e-5 for s in scored)
 """,

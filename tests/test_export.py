@@ -198,7 +198,8 @@ def every_signature_calls(translator):
     calls["translate_sample"].update(temperature=[1.0, 0.5, 2.0, 1.0, 1.0],
                                      top_k=[0, 3, 0, 1, 0], top_p=[1.0, 1.0, 0.7, 1.0, 0.9],
                                      seed=[0, 1, 2**40, 3, 17])
-    del calls["score"]  # it answers no translations: its own tests below
+    # Their answers are no list of translations: their own tests (below; tests/test_documents.py).
+    del calls["score"], calls["translate_document"]
     return calls
 
 
@@ -910,3 +911,44 @@ def test_score_signature_answers_alike_in_a_fresh_process_in_process_and_served(
                              r"\[2\] \[values and targets has\] \[1\]"):
         client.load_saved_model(path).signatures["score"](inputs=tf.constant(["a", "b"]),
                                                           targets=tf.constant(["x"]))
+
+
+def test_document_signature_answers_alike_in_a_fresh_process_in_process_and_served(
+        exported, translator):
+    """`translate_document` of the export keeps each document's spacing and answers as the
+    in-memory Translator in a process with tensorflow and tensorflow_text only, through
+    translate_saved_model, over gRPC and REST."""
+    base, path = exported
+    documents = ["  " + SENTENCES[0] + " " + SENTENCES[1] + "\n\n" + SENTENCES[2] + "\n",
+                 "", SENTENCES[4], SENTENCES[1] + "  " + SENTENCES[0]]
+    expected = {name: value.numpy() for name, value in
+                translator.translate_document(tf.constant(documents)).items()}
+    texts = [t.decode("utf-8") for t in expected["translations"]]
+    alone = {s: text for s, (text, _) in zip(SENTENCES, translator.translate_texts(SENTENCES))}
+    assert texts[0] == "  " + alone[SENTENCES[0]] + " " + alone[SENTENCES[1]] + "\n\n" + \
+        alone[SENTENCES[2]] + "\n"
+    assert expected["sentences"].tolist() == [5, 1, 1, 2]
+    fresh = run_in_fresh_process(path, {"translate_document": {"inputs": documents}})
+    assert fresh["translate_document"]["translations"] == texts
+    assert fresh["translate_document"]["shape/splits"] == list(expected["splits"].shape)
+    assert fresh["translate_document"]["splits"] == expected["splits"].ravel().tolist()
+
+    def assert_expected(got):
+        assert [d.text for d in got] == texts
+        assert [list(d.splits) for d in got] == [
+            row[:n].tolist() for row, n in zip(expected["splits"], expected["sentences"])]
+        for document, row, n in zip(got, expected["scores"], expected["sentences"]):
+            np.testing.assert_allclose(document.scores, row[:n], atol=1e-5)
+
+    assert_expected(client.translate_saved_model(documents, client.load_saved_model(path),
+                                                 "translate_document", batch_size=3))
+    predict = "/v1/models/tfformer:predict"
+    with server.start_server(os.path.join(base, "tfformer"), "tfformer",
+                             rest_api_port=0) as handle:
+        assert_expected(client.translate(documents, server=handle.address,
+                                         signature="translate_document", timeout=60))
+        status, body = call(handle.rest_address, predict, {
+            "signature_name": "translate_document", "instances": documents})
+    assert status == 200, body
+    assert [p["translations"] for p in body["predictions"]] == texts
+    assert [p["sentences"] for p in body["predictions"]] == expected["sentences"].tolist()

@@ -20,6 +20,14 @@ Serving's request batching can merge requests (`SIGNATURE_INPUTS`):
   fast_align writes them): for target piece j (0-based, EOS excluded) the source piece i it
   attends to most, in the cross-attention of the last decoder layer averaged over its heads
   (fairseq's `--print-alignment` convention); pieces are the tokenizer's SentencePiece pieces.
+- `translate_document`: each input a document (sentences, lines, paragraphs): its sentences
+  (`tfformer.decode.documents`' rule) translated as one batch with the export's search and
+  joined back with the document's own separators, as `translations`: tf.string [batch];
+  per sentence (S: the most sentences of a document of the batch, empty ones counted),
+  `scores` float32 [batch, S] (0.0 for an empty sentence and past the document's) and
+  `splits` int32 [batch, S]: 1 for a sentence translated whole, k > 1 for one over the
+  model's max_length - 1 pieces, translated in k consecutive parts, 0 for an empty one and
+  past the document's; `sentences` int32 [batch], each document's sentences.
 - `score`: `targets` tf.string: given translations, scored by teacher forcing
   (`tfformer.decode.scoring`): `scores` float32 [batch], log P(target | source);
   `normalized_scores` float32 [batch], that / |Y|; `token_scores` float32 [batch, T], each
@@ -43,10 +51,11 @@ NBEST_SIGNATURE = "translate_nbest"
 SAMPLE_SIGNATURE = "translate_sample"
 PREFIX_SIGNATURE = "translate_prefix"
 ALIGN_SIGNATURE = "translate_align"
+DOCUMENT_SIGNATURE = "translate_document"
 SCORE_SIGNATURE = "score"
 BEST_SIGNATURE_NAMES = (DEFAULT_SIGNATURE, TRANSLATE_SIGNATURE)  # the best hypothesis only
 SIGNATURE_NAMES = (*BEST_SIGNATURE_NAMES, NBEST_SIGNATURE, SAMPLE_SIGNATURE, PREFIX_SIGNATURE,
-                   ALIGN_SIGNATURE, SCORE_SIGNATURE)
+                   ALIGN_SIGNATURE, DOCUMENT_SIGNATURE, SCORE_SIGNATURE)
 INPUT_NAME = "inputs"
 NBEST_K_NAME = "k"  # translate_nbest's second input
 TEMPERATURE_NAME = "temperature"
@@ -69,6 +78,7 @@ SIGNATURE_INPUTS = {
     SAMPLE_SIGNATURE: (INPUT_NAME, TEMPERATURE_NAME, TOP_K_NAME, TOP_P_NAME, SEED_NAME),
     PREFIX_SIGNATURE: (INPUT_NAME, PREFIXES_NAME),
     ALIGN_SIGNATURE: (INPUT_NAME,),
+    DOCUMENT_SIGNATURE: (INPUT_NAME,),
     SCORE_SIGNATURE: (INPUT_NAME, TARGETS_NAME),
 }
 OUTPUT_TRANSLATIONS = "translations"
@@ -78,6 +88,9 @@ OUTPUT_ALIGNMENTS = "alignments"  # translate_align's third output
 OUTPUT_NORMALIZED_SCORES = "normalized_scores"
 OUTPUT_TOKEN_SCORES = "token_scores"
 OUTPUT_LENGTHS = "lengths"
+# translate_document's outputs besides `translations` and `scores`.
+OUTPUT_SPLITS = "splits"
+OUTPUT_SENTENCES = "sentences"
 OUTPUT_NAMES = (OUTPUT_TRANSLATIONS, OUTPUT_SCORES)
 DEFAULT_MODEL_NAME = "tfformer"
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from typing import Iterator, Optional, Sequence
 
@@ -22,6 +23,7 @@ from tfformer.cli.console import import_tensorflow, start_logging
 from tfformer.contract import (
     ALIGN_SIGNATURE,
     DEFAULT_SIGNATURE,
+    DOCUMENT_SIGNATURE,
     INPUT_DEFAULTS,
     NBEST_K_NAME,
     NBEST_SIGNATURE,
@@ -51,11 +53,22 @@ def _stdin_lines() -> Iterator[str]:
         for line in sys.stdin:
             yield line.rstrip("\r\n")
         return
+    yield from _decoded(stream, lambda number: f"stdin line {number} is")
+
+
+def _file_lines(path: str) -> Iterator[str]:
+    with open(path, "rb") as f:
+        yield from _decoded(f, lambda number: f"{path}:{number}:")
+
+
+def _decoded(stream, where) -> Iterator[str]:
+    """The lines of a byte stream as text; ValueError at one that is not UTF-8, `where` its
+    number naming it."""
     for number, raw in enumerate(stream, start=1):
         try:
             yield raw.decode("utf-8").rstrip("\r\n")
         except UnicodeDecodeError as error:
-            raise ValueError(f"stdin line {number} is not valid UTF-8 ({error.reason} at byte "
+            raise ValueError(f"{where(number)} not valid UTF-8 ({error.reason} at byte "
                              f"{error.start})") from None
 
 
@@ -103,6 +116,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"print 'TRANSLATION<TAB>ALIGNMENT' ({ALIGN_SIGNATURE}): for each "
                              f"target piece, the source piece it attends to most, as 'i-j' "
                              f"pairs of SentencePiece pieces (Pharaoh format, as fast_align)")
+    parser.add_argument("--document", action="store_true",
+                        help=f"each line is a document ({DOCUMENT_SIGNATURE}): its sentences "
+                             f"are translated as one batch and joined with its own spacing")
+    parser.add_argument("--input", metavar="FILE",
+                        help="translate the lines of FILE (instead of SENTENCE arguments or "
+                             "stdin), with a progress line on stderr")
+    parser.add_argument("--output", metavar="FILE",
+                        help="write the output to FILE, whole, once every line is translated "
+                             "(instead of stdout, line by line)")
     parser.add_argument("--target-language", metavar="CODE",
                         help="a multilingual model's target language: each sentence starts "
                              "with the token >>CODE<< (as OPUS-MT's multilingual models take "
@@ -124,7 +146,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     modes = [flag for flag, given in (("--nbest", args.nbest is not None),
                                       ("--sample", args.sample),
                                       ("--prefix", args.prefix is not None),
-                                      ("--alignments", args.alignments)) if given]
+                                      ("--alignments", args.alignments),
+                                      ("--document", args.document)) if given]
     if len(modes) > 1:
         parser.error(f"{' and '.join(modes)} call different signatures: choose one")
     sampling = {TEMPERATURE_NAME: args.temperature, TOP_K_NAME: args.top_k,
@@ -137,12 +160,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     mode = modes[0] if modes else ""
     signature = args.signature or {"--nbest": NBEST_SIGNATURE, "--sample": SAMPLE_SIGNATURE,
                                    "--prefix": PREFIX_SIGNATURE,
-                                   "--alignments": ALIGN_SIGNATURE}.get(mode, DEFAULT_SIGNATURE)
+                                   "--alignments": ALIGN_SIGNATURE,
+                                   "--document": DOCUMENT_SIGNATURE}.get(mode, DEFAULT_SIGNATURE)
     # The signature's inputs besides the sentences.
     inputs = {"--nbest": {NBEST_K_NAME: nbest}, "--sample": sampling,
               "--prefix": {PREFIXES_NAME: args.prefix}}.get(mode, {})
     prog = parser.prog
-    lines = iter(args.sentences) if args.sentences else _stdin_lines()
+    if args.input and args.sentences:
+        parser.error("give SENTENCE arguments or --input FILE, not both")
+    total = None
+    if args.input:
+        try:
+            lines = list(_file_lines(args.input))
+        except (OSError, ValueError) as error:
+            print(f"{prog}: error: {error}", file=sys.stderr)
+            return 2
+        total = len(lines)
+    else:
+        lines = iter(args.sentences) if args.sentences else _stdin_lines()
     if args.target_language is not None:
         if not args.target_language or any(c.isspace() or c in "<>" for c in args.target_language):
             parser.error(f"--target-language takes a code such as fra, got "
@@ -179,16 +214,43 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 return translate(batch, args.server, args.model, signature, args.timeout,
                                  channel, batch_size=args.batch_size, **inputs)
 
+        if args.output:  # before the translation, which an unwritable --output would waste
+            from tfformer.cli.evaluate import check_writable
+
+            check_writable(os.path.dirname(os.path.abspath(args.output)))
+        written: list[str] = []
+        done = 0
         for batch in translate_in_batches(run, lines, args.batch_size):
+            out = []
             for translations in batch:
+                done += 1
+                if args.document:
+                    out.append(translations.text)
+                    for index, parts in enumerate(translations.splits, 1):
+                        if parts > 1:
+                            print(f"{prog}: line {done}: sentence {index} is longer than the "
+                                  f"model takes: translated in {parts} parts", file=sys.stderr)
+                    continue
                 for translation in translations if nbest else [translations]:
                     fields = [translation.text]
                     if args.scores or nbest:
                         fields.insert(0, f"{translation.score:.6g}")
                     if args.alignments:
                         fields.append(translation.alignment)
-                    print("\t".join(fields))
-            sys.stdout.flush()
+                    out.append("\t".join(fields))
+            if args.output:
+                written.extend(out)
+            else:
+                print("\n".join(out))
+                sys.stdout.flush()
+            if total is not None:
+                print(f"\r{done}/{total} lines", end="", file=sys.stderr, flush=True)
+        if total is not None:
+            print(file=sys.stderr)
+        if args.output:
+            from tfformer.utils.files import atomic_write_text
+
+            atomic_write_text(args.output, "".join(line + "\n" for line in written))
     except TranslationError as error:
         code = error.code.name if error.code else "BAD_RESPONSE"
         where = "" if args.saved_model else f" from {args.server}"

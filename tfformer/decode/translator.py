@@ -15,6 +15,7 @@ from tfformer.config import DecodingConfig
 from tfformer.contract import (
     ALIGN_SIGNATURE,
     DEFAULT_SIGNATURE,
+    DOCUMENT_SIGNATURE,
     INPUT_DTYPES,
     INPUT_NAME,
     NBEST_K_NAME,
@@ -23,6 +24,8 @@ from tfformer.contract import (
     OUTPUT_LENGTHS,
     OUTPUT_NORMALIZED_SCORES,
     OUTPUT_SCORES,
+    OUTPUT_SENTENCES,
+    OUTPUT_SPLITS,
     OUTPUT_TOKEN_SCORES,
     OUTPUT_TRANSLATIONS,
     PREFIX_SIGNATURE,
@@ -38,12 +41,12 @@ from tfformer.contract import (
     TRANSLATE_SIGNATURE,
 )
 from tfformer.data.tokenizer import Tokenizer, load_tokenizer
-from tfformer.decode import scoring
+from tfformer.decode import documents, scoring
 from tfformer.decode.alignments import alignment_indices, pharaoh
 from tfformer.decode.search import SearchResult, beam_search, greedy_search, sample_search
 from tfformer.model.precision import check_inference_precision, dtype_policy
 from tfformer.model.transformer import Transformer
-from tfformer.special_tokens import PAD_ID
+from tfformer.special_tokens import EOS_ID, PAD_ID
 from tfformer.utils.run_dir import RunDir
 
 
@@ -67,7 +70,8 @@ class Translator(tf.Module):
     `translate_sample(inputs, temperature, top_k, top_p, seed)` a sample,
     `translate_prefix(inputs, prefixes)` a translation that continues each prefix,
     `translate_align(inputs)` `translate`'s outputs and each translation's word alignment
-    (`tfformer.decode.alignments`), `score(inputs, targets)` given translations' log P
+    (`tfformer.decode.alignments`), `translate_document(inputs)` whole documents
+    (`tfformer.decode.documents`), `score(inputs, targets)` given translations' log P
     (`tfformer.decode.scoring`).
     """
 
@@ -103,6 +107,7 @@ class Translator(tf.Module):
         self.translate_sample = self._function(self._translate_sample, SAMPLE_SIGNATURE)
         self.translate_prefix = self._function(self._translate_prefix, PREFIX_SIGNATURE)
         self.translate_align = self._function(self._translate_align, ALIGN_SIGNATURE)
+        self.translate_document = self._function(self._translate_document, DOCUMENT_SIGNATURE)
         self.score = self._function(self._score, SCORE_SIGNATURE)
 
     @staticmethod
@@ -118,7 +123,7 @@ class Translator(tf.Module):
         return {DEFAULT_SIGNATURE: self.translate, TRANSLATE_SIGNATURE: self.translate,
                 NBEST_SIGNATURE: self.translate_nbest, SAMPLE_SIGNATURE: self.translate_sample,
                 PREFIX_SIGNATURE: self.translate_prefix, ALIGN_SIGNATURE: self.translate_align,
-                SCORE_SIGNATURE: self.score}
+                DOCUMENT_SIGNATURE: self.translate_document, SCORE_SIGNATURE: self.score}
 
     def search(self, source_ids: tf.Tensor, n_best: int = 1,
                prefix_ids: tf.Tensor | None = None) -> SearchResult:
@@ -186,6 +191,37 @@ class Translator(tf.Module):
         result = self.search(source_ids)
         indices = alignment_indices(self.model, source_ids, result.tokens[:, 0])
         return {**self._best(result), OUTPUT_ALIGNMENTS: pharaoh(indices)}
+
+    def _translate_document(self, inputs):
+        parts = documents.split_documents(inputs)
+        sentence = documents.is_sentence(parts)
+        sentences = tf.ragged.boolean_mask(parts, sentence)
+        pieces = self.tokenizer.encode_source(sentences.flat_values)[:, :-1]  # EOS off
+        # Sentences of no pieces (blank lines) stay empty; longer ones than the encoder takes
+        # (its max_length, EOS included) go in consecutive parts.
+        kept = tf.where(pieces.row_lengths() > 0)[:, 0]
+        chunks, splits = documents.chunk_rows(
+            tf.gather(pieces, kept), self.model.transformer_config.max_length - 1)
+        source_ids = tf.concat([chunks, tf.fill([chunks.nrows(), 1], EOS_ID)], axis=1)
+        result = self.search(source_ids.to_tensor(default_value=PAD_ID))
+        texts = tf.RaggedTensor.from_row_lengths(
+            self.tokenizer.detokenize(result.tokens[:, 0]), tf.cast(splits, tf.int64))
+        scores = tf.RaggedTensor.from_row_lengths(result.scores[:, 0],
+                                                  tf.cast(splits, tf.int64))
+        count = tf.shape(pieces.row_lengths())[:1]
+        at = kept[:, tf.newaxis]
+        translated = tf.tensor_scatter_nd_update(
+            tf.fill(count, ""), at, tf.strings.reduce_join(texts, axis=1, separator=" "))
+        sentence_scores = tf.tensor_scatter_nd_update(tf.zeros(count), at,
+                                                      tf.reduce_sum(scores, axis=1))
+        sentence_splits = tf.tensor_scatter_nd_update(tf.zeros(count, tf.int32), at, splits)
+        joined = tf.tensor_scatter_nd_update(
+            parts.flat_values, tf.where(sentence.flat_values), translated)
+        return {OUTPUT_TRANSLATIONS: tf.strings.reduce_join(parts.with_flat_values(joined),
+                                                             axis=1),
+                OUTPUT_SCORES: sentences.with_flat_values(sentence_scores).to_tensor(0.0),
+                OUTPUT_SPLITS: sentences.with_flat_values(sentence_splits).to_tensor(0),
+                OUTPUT_SENTENCES: tf.cast(sentences.row_lengths(), tf.int32)}
 
     def _score(self, inputs, targets):
         pieces = self.tokenizer.tokenize(targets)

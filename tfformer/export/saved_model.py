@@ -23,6 +23,7 @@ import tensorflow as tf
 from tfformer.contract import (
     ALIGN_SIGNATURE,
     DEFAULT_SIGNATURE,
+    DOCUMENT_SIGNATURE,
     INPUT_DTYPES,
     INPUT_NAME,
     NBEST_K_NAME,
@@ -200,8 +201,8 @@ def check_calls(sentences: Sequence[str], k: int,
                 targets: Sequence[str] | None = None) -> dict[str, dict[str, list]]:
     """One call of each signature on `sentences`: translate_nbest with `k`, translate_sample
     with temperature 1, no top-k or top-p and seed i for sentence i, translate_prefix with
-    `prefixes` (default: empty ones), translate_align, score with `targets` (default: the
-    sentences themselves)."""
+    `prefixes` (default: empty ones), translate_align, translate_document (each sentence a
+    document), score with `targets` (default: the sentences themselves)."""
     sentences = list(sentences)
     n = len(sentences)
     return {
@@ -212,6 +213,7 @@ def check_calls(sentences: Sequence[str], k: int,
         PREFIX_SIGNATURE: {INPUT_NAME: sentences,
                            PREFIXES_NAME: list(prefixes) if prefixes is not None else [""] * n},
         ALIGN_SIGNATURE: {INPUT_NAME: sentences},
+        DOCUMENT_SIGNATURE: {INPUT_NAME: sentences},
         SCORE_SIGNATURE: {INPUT_NAME: sentences,
                           TARGETS_NAME: list(targets) if targets is not None else sentences},
     }

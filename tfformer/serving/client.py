@@ -8,8 +8,9 @@ in this process instead. Both take any signature of the export (``tfformer.contr
 inputs by name: ``translate(sentences, signature="translate_nbest", k=4)`` gives the 4 best
 hypotheses of each sentence, ``signature="translate_sample", temperature=0.8`` a sample,
 ``signature="translate_prefix", prefixes="Hello"`` a continuation, ``signature=
-"translate_align"`` each translation's word alignment, ``signature="score", targets=[...]``
-each given translation's ``Score``. Each input takes one value for every
+"translate_align"`` each translation's word alignment, ``signature="translate_document"``
+each document's ``TranslatedDocument``, ``signature="score", targets=[...]`` each given
+translation's ``Score``. Each input takes one value for every
 sentence or a list of one per sentence: each is an input [batch] of the signature. A new
 signature adds no function here: the contract names its inputs.
 
@@ -31,6 +32,7 @@ import numpy as np
 from tfformer.contract import (
     ALIGN_SIGNATURE,
     DEFAULT_SIGNATURE,
+    DOCUMENT_SIGNATURE,
     INPUT_DEFAULTS,
     INPUT_DTYPES,
     INPUT_NAME,
@@ -40,6 +42,8 @@ from tfformer.contract import (
     OUTPUT_LENGTHS,
     OUTPUT_NORMALIZED_SCORES,
     OUTPUT_SCORES,
+    OUTPUT_SENTENCES,
+    OUTPUT_SPLITS,
     OUTPUT_TOKEN_SCORES,
     OUTPUT_TRANSLATIONS,
     PREFIX_SIGNATURE,
@@ -91,6 +95,32 @@ class Score:
     score: float
     normalized: float
     token_scores: tuple[float, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class TranslatedDocument:
+    """A document's translation (its separators kept) and, for each of its sentences, the
+    score and the number of parts it was translated in (``splits``: 1 whole, k > 1 for a
+    sentence over the model's limit, 0 for an empty one)."""
+
+    text: str
+    scores: tuple[float, ...]
+    splits: tuple[int, ...]
+
+
+DOCUMENT_OUTPUTS = (OUTPUT_TRANSLATIONS, OUTPUT_SCORES, OUTPUT_SPLITS, OUTPUT_SENTENCES)
+
+
+def _documents(outputs: dict[str, Any]) -> list[TranslatedDocument]:
+    """The TranslatedDocuments of a `translate_document` signature's outputs (arrays)."""
+    count = len(outputs[OUTPUT_SENTENCES])
+    scores, splits = (np.asarray(outputs[name]).reshape(count, -1)
+                      for name in (OUTPUT_SCORES, OUTPUT_SPLITS))
+    return [TranslatedDocument(_text(text), tuple(float(v) for v in score_row[:n]),
+                               tuple(int(v) for v in split_row[:n]))
+            for text, score_row, split_row, n in zip(
+                outputs[OUTPUT_TRANSLATIONS], scores, splits, outputs[OUTPUT_SENTENCES],
+                strict=True)]
 
 
 SCORE_OUTPUTS = (OUTPUT_SCORES, OUTPUT_NORMALIZED_SCORES, OUTPUT_TOKEN_SCORES, OUTPUT_LENGTHS)
@@ -179,6 +209,7 @@ def make_predict_request(sentences: Sequence[str], model: str = DEFAULT_MODEL,
             else vector_tensor(values, dtype))
     request.output_filter.extend(
         SCORE_OUTPUTS if signature == SCORE_SIGNATURE else
+        DOCUMENT_OUTPUTS if signature == DOCUMENT_SIGNATURE else
         [OUTPUT_TRANSLATIONS, OUTPUT_SCORES] + ([OUTPUT_ALIGNMENTS] if alignments else []))
     return request
 
@@ -186,16 +217,28 @@ def make_predict_request(sentences: Sequence[str], model: str = DEFAULT_MODEL,
 def parse_score_response(response: predict_pb2.PredictResponse, expected: int,
                          server: Optional[str] = None) -> list[Score]:
     """The ``expected`` Scores of a ``score`` response."""
+    return _scored(_rows(response, SCORE_OUTPUTS, expected, server))
+
+
+def parse_document_response(response: predict_pb2.PredictResponse, expected: int,
+                            server: Optional[str] = None) -> list[TranslatedDocument]:
+    """The ``expected`` TranslatedDocuments of a ``translate_document`` response."""
+    return _documents(_rows(response, DOCUMENT_OUTPUTS, expected, server))
+
+
+def _rows(response: predict_pb2.PredictResponse, names: Sequence[str], expected: int,
+          server: Optional[str]) -> dict[str, np.ndarray]:
+    """The outputs `names` of a response, each checked to have `expected` rows."""
     arrays = {}
-    for name in SCORE_OUTPUTS:
+    for name in names:
         if name not in response.outputs:
             raise TranslationError(None, f"response has no output {name!r} "
                                          f"(outputs: {sorted(response.outputs)})", server)
         arrays[name] = make_ndarray(response.outputs[name])
         if len(arrays[name]) != expected:
             raise TranslationError(None, f"output {name!r} has {len(arrays[name])} rows for "
-                                         f"{expected} pairs", server)
-    return _scored(arrays)
+                                         f"{expected} inputs", server)
+    return arrays
 
 
 def parse_predict_response(response: predict_pb2.PredictResponse, expected: int,
@@ -289,6 +332,8 @@ def _predict_over_grpc(sentences: Sequence[str], server: str, timeout: float,
                                             target)
             if signature == SCORE_SIGNATURE:
                 return parse_score_response(response, len(batch), target)
+            if signature == DOCUMENT_SIGNATURE:
+                return parse_document_response(response, len(batch), target)
             return parse_predict_response(response, len(batch), target, alignments=alignments)
 
         return [translation for batch in translate_in_batches(
@@ -338,7 +383,7 @@ def translate(
     version: Optional[int] = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     **inputs: Any,
-) -> list[Translation] | list[list[Translation]] | list[Score]:
+) -> list[Translation] | list[list[Translation]] | list[TranslatedDocument] | list[Score]:
     """Translate ``sentences`` with a TF Serving (or ``tfformer.serving.server``) model over gRPC,
     with any of its signatures (``tfformer.contract``) and that signature's inputs by name,
     each one value for every sentence or a list of one per sentence::
@@ -353,7 +398,8 @@ def translate(
     An input left out takes its default (``contract.INPUT_DEFAULTS``: sampling's off values;
     ``k``, ``prefixes`` and ``targets`` are needed). ``translate_nbest`` gives a list of k
     ``Translation``s per sentence, best first; ``translate_align`` each with its
-    ``alignment``; ``score`` a ``Score`` per (sentence, target) pair.
+    ``alignment``; ``translate_document`` a ``TranslatedDocument`` per input; ``score`` a
+    ``Score`` per (sentence, target) pair.
 
     One Predict call per ``batch_size`` sentences, each with ``timeout`` seconds. ``channel`` is
     used (and left open) when given; otherwise a channel to ``server`` is opened and closed.
@@ -475,6 +521,8 @@ def translate_saved_model(sentences: Sequence[str], saved_model: Any,
         outputs = function(**batch)
         if signature == SCORE_SIGNATURE:
             return _scored({name: outputs[name].numpy() for name in SCORE_OUTPUTS})
+        if signature == DOCUMENT_SIGNATURE:
+            return _documents({name: outputs[name].numpy() for name in DOCUMENT_OUTPUTS})
         texts, scores = outputs[OUTPUT_TRANSLATIONS].numpy(), outputs[OUTPUT_SCORES].numpy()
         if nbest:
             return [_decode(texts[row, :rows[i][NBEST_K_NAME]], scores[row, :rows[i][NBEST_K_NAME]])
