@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import numpy as np
 from keras import ops
 
+from tfformer.data.pieces import padded_rows
 from tfformer.model.layers import kernels
 from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
@@ -87,11 +87,8 @@ def score_texts(model, tokenizer, sources: Sequence[str], targets: Sequence[str]
         if len(row) > limit:
             raise ValueError(f"target {index} is {len(row)} pieces long; the model scores at "
                              f"most {limit} (its max_length - 1)")
-    target_ids = np.full([len(target_rows), max(map(len, target_rows))], PAD_ID, np.int32)
-    for index, row in enumerate(target_rows):
-        target_ids[index, :len(row)] = row
     token_scores, lengths = token_log_probs(model, pieces.encode_source(list(sources)),
-                                            target_ids)
+                                            padded_rows(target_rows))
     scores, normalized = (ops.convert_to_numpy(x) for x in sequence_scores(token_scores,
                                                                            lengths))
     token_scores, lengths = ops.convert_to_numpy(token_scores), ops.convert_to_numpy(lengths)
