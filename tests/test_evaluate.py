@@ -142,10 +142,36 @@ def test_score_program_scores_each_pair_in_order_with_a_run_or_its_saved_model(
     assert len({round(got, 3) for got, _ in normalized}) > 6  # pairs differ
 
 
-def test_score_program_names_bad_input_and_exits_2(run_and_export, tmp_path, caplog):
+@pytest.fixture(scope="module")
+def learned_run_and_export(tmp_path_factory, trained_run_dir):
+    """The shared run's tokenizer with a random model of learned positions (max_length 64),
+    which bound the targets `score` takes, as a run directory and exported."""
+    import dataclasses
+    import shutil
+
+    import keras
+
+    from tfformer import Transformer
+
+    run = tmp_path_factory.mktemp("learned")
+    shutil.copy(trained_run_dir / "tokenizer.model", run)
+    trained = keras.models.load_model(trained_run_dir / "model.keras", compile=False)
+    model = Transformer(dataclasses.replace(trained.transformer_config, positional="learned",
+                                            max_length=64))
+    model.build()
+    model.save(run / "model.keras")
+    models = tmp_path_factory.mktemp("learned-models")
+    export_saved_model(load_translator(run, beam_size=1, max_output_extra=2), models,
+                       "tfformer", 1)
+    return run, models / "tfformer"
+
+
+def test_score_program_names_bad_input_and_exits_2(run_and_export, learned_run_and_export,
+                                                   tmp_path, caplog, capsys):
     from tfformer.cli.score import main as score_main
 
     run, saved_model, _ = run_and_export
+    learned_run, learned_saved_model = learned_run_and_export
     bad = tmp_path / "bad.tsv"
     bad.write_text("hola\thello\nsin tabulador\n")
     too_long = tmp_path / "long.tsv"
@@ -155,10 +181,14 @@ def test_score_program_names_bad_input_and_exits_2(run_and_export, tmp_path, cap
             (run, ["--data", str(bad)], "bad.tsv:2"),
             (run, ["--src", str(bad), "--tgt", str(tmp_path / "one.txt")],
              "one.txt: 1 lines, but"),
-            (run, ["--data", str(too_long)], "score: targets must each be at most 63 pieces long"),
-            (saved_model, ["--data", str(too_long)], "score: targets must each be at most 63 "
-                                                     "pieces long")):
+            (learned_run, ["--data", str(too_long)],
+             "score: targets must each be at most 63 pieces long"),
+            (learned_saved_model, ["--data", str(too_long)],
+             "score: targets must each be at most 63 pieces long")):
         caplog.clear()
         assert score_main([str(model), *args]) == 2, named
         assert named in caplog.text, caplog.text
         assert "Traceback" not in caplog.text
+    # Sinusoids take it: the search's outputs may be as long.
+    assert score_main([str(saved_model), "--data", str(too_long)]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1

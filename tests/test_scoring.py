@@ -104,28 +104,35 @@ def test_a_search_scores_what_it_generates(search_model, search_sources):
         np.testing.assert_allclose(sums / penalty, scores[:, best], atol=1e-4)
 
 
+def small_model(vocab_size, positional="sinusoidal"):
+    from tfformer import Transformer, TransformerConfig
+
+    keras.utils.set_random_seed(5)
+    model = Transformer(TransformerConfig(vocab_size=vocab_size, d_model=16, num_heads=2,
+                                          d_ff=32, num_encoder_layers=1, num_decoder_layers=1,
+                                          max_length=16, positional=positional))
+    model.build()
+    return model
+
+
 @pytest.fixture(scope="module")
 def pieces_and_model():
     """A SentencePiece vocabulary trained on the built-in corpus (no TensorFlow) and a random
-    model of its size (max_length 16)."""
-    from tfformer import Transformer, TransformerConfig
+    model of its size (max_length 16, sinusoids), and one with learned positions."""
     from tfformer.data.builtin import builtin_pairs
     from tfformer.data.pieces import SentencePieces, train_model
 
     pieces = SentencePieces(train_model([s for p in builtin_pairs("train", n=300) for s in p],
                                         120))
-    keras.utils.set_random_seed(5)
-    model = Transformer(TransformerConfig(vocab_size=pieces.vocab_size, d_model=16,
-                                          num_heads=2, d_ff=32, num_encoder_layers=1,
-                                          num_decoder_layers=1, max_length=16))
-    model.build()
-    return pieces, model
+    return pieces, small_model(pieces.vocab_size), small_model(pieces.vocab_size, "learned")
 
 
 def test_score_texts_scores_each_pair_and_refuses_what_it_cannot(pieces_and_model):
-    pieces, model = pieces_and_model
-    sources = ["hola amigo", "el perro come", ""]
-    targets = ["hello friend", "", "the dog eats apples"]
+    pieces, model, learned = pieces_and_model
+    sources = ["hola amigo", "el perro come", "", "hola"]
+    # Sinusoids take any length, as the search's outputs may be: 20 pieces past max_length 16.
+    targets = ["hello friend", "", "the dog eats apples", "a " * 20]
+    assert len(pieces.encode([targets[-1]])[0]) > 16
     got = scoring.score_texts(model, pieces, sources, targets)
     for (score, normalized, token_scores), source, target in zip(got, sources, targets):
         ids = pieces.encode([target])[0]
@@ -138,7 +145,7 @@ def test_score_texts_scores_each_pair_and_refuses_what_it_cannot(pieces_and_mode
         scoring.score_texts(model, pieces, sources[:2], targets[:1])
     with pytest.raises(ValueError, match=r"target 1 is \d+ pieces long; the model scores at "
                                          r"most 15 \(its max_length - 1\)"):
-        scoring.score_texts(model, pieces, sources[:2], ["hola", "a " * 20])
+        scoring.score_texts(learned, pieces, sources[:2], ["hola", "a " * 20])
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow",
@@ -147,9 +154,10 @@ def test_the_graph_translators_score_is_the_keras_ops_one(pieces_and_model):
     from tfformer.data.tokenizer import Tokenizer
     from tfformer.decode.translator import Translator
 
-    pieces, model = pieces_and_model
+    pieces, model, learned = pieces_and_model
     translator = Translator(model, Tokenizer(pieces.model_proto))
-    sources, targets = ["hola amigo", "", "el perro come"], ["hello", "the dog eats", ""]
+    sources = ["hola amigo", "", "el perro come", "hola"]
+    targets = ["hello", "the dog eats", "", "a " * 20]
     got = translator.score_texts(sources, targets)
     expected = scoring.score_texts(model, pieces, sources, targets)
     for (score, normalized, tokens), (want, want_normalized, want_tokens) in zip(got, expected):
@@ -158,3 +166,19 @@ def test_the_graph_translators_score_is_the_keras_ops_one(pieces_and_model):
     assert translator.score_texts([], []) == []
     with pytest.raises(ValueError, match="1 sources for 2 targets"):
         translator.score_texts(sources[:1], targets[:2])
+    import tensorflow as tf
+
+    from tfformer.export.saved_model import scoreable
+
+    bounded = Translator(learned, Tokenizer(pieces.model_proto))
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"score: targets must each be at most 15 pieces long"):
+        bounded.score_texts(sources, targets)
+    # The export's check scores its translations cut to whole words within that limit.
+    texts = ["a " * 20 + "b", "the dog eats", "x" * 40]
+    assert scoreable(translator, texts) == texts
+    cut = scoreable(bounded, texts)
+    assert cut[1] == texts[1] and cut[2] == "" and texts[0].startswith(cut[0])
+    assert 10 <= len(pieces.encode([cut[0]])[0]) <= 15 < len(pieces.encode([cut[0] + " a"])[0])
+    assert [len(tokens) for _, _, tokens in bounded.score_texts(["hola"] * 3, cut)] == [
+        len(pieces.encode([text])[0]) + 1 for text in cut]

@@ -32,8 +32,8 @@ Serving's request batching can merge requests (`SIGNATURE_INPUTS`):
   (`tfformer.decode.scoring`): `scores` float32 [batch], log P(target | source);
   `normalized_scores` float32 [batch], that / |Y|; `token_scores` float32 [batch, T], each
   piece's log-probability and EOS's, 0.0 past the pair's |Y| (T: the longest |Y| of the
-  batch); `lengths` int32 [batch], |Y| = the target's pieces + 1. A target may be at most the
-  model's max_length - 1 pieces long.
+  batch); `lengths` int32 [batch], |Y| = the target's pieces + 1. With learned positions a
+  target may be at most the model's max_length - 1 pieces long; sinusoids take any length.
 A value out of range fails in the graph (InvalidArgument, naming the input). Like TF Serving's
 file system source, any other name than a version number (e.g. a staging directory renamed into
 place when complete) is not a version.

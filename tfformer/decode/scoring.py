@@ -25,8 +25,11 @@ from tfformer.model.layers import kernels
 from tfformer.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 
-def max_target_pieces(transformer_config) -> int:
-    """The longest target a model scores, in pieces: BOS + the pieces fill its max_length."""
+def max_target_pieces(transformer_config) -> int | None:
+    """The longest target a model scores, in pieces: with learned positions, BOS + the pieces
+    fill its max_length; sinusoids take any length (None), as the search's outputs do."""
+    if transformer_config.positional != "learned":
+        return None
     return transformer_config.max_length - 1
 
 
@@ -84,7 +87,7 @@ def score_texts(model, tokenizer, sources: Sequence[str], targets: Sequence[str]
     target_rows = pieces.encode(list(targets))
     limit = max_target_pieces(model.transformer_config)
     for index, row in enumerate(target_rows):
-        if len(row) > limit:
+        if limit is not None and len(row) > limit:
             raise ValueError(f"target {index} is {len(row)} pieces long; the model scores at "
                              f"most {limit} (its max_length - 1)")
     token_scores, lengths = token_log_probs(model, pieces.encode_source(list(sources)),

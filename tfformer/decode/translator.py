@@ -226,10 +226,10 @@ class Translator(tf.Module):
     def _score(self, inputs, targets):
         pieces = self.tokenizer.tokenize(targets)
         limit = scoring.max_target_pieces(self.model.transformer_config)
-        inputs = _checked(SCORE_SIGNATURE, inputs, {TARGETS_NAME: targets}, [
-            (pieces.row_lengths() <= limit, TARGETS_NAME,
-             f"must each be at most {limit} pieces long (max_length - 1), got "
-             f"lengths", pieces.row_lengths())])
+        inputs = _checked(SCORE_SIGNATURE, inputs, {TARGETS_NAME: targets}, [] if limit is None
+                          else [(pieces.row_lengths() <= limit, TARGETS_NAME,
+                                 f"must each be at most {limit} pieces long (max_length - 1), "
+                                 f"got lengths", pieces.row_lengths())])
         token_scores, lengths = scoring.token_log_probs(
             self.model, self._source_ids(inputs), pieces.to_tensor(default_value=PAD_ID))
         scores, normalized = scoring.sequence_scores(token_scores, lengths)

@@ -47,6 +47,7 @@ from tfformer.contract import (
     TRANSLATE_SIGNATURE,
     read_saved_model,
 )
+from tfformer.decode import scoring
 from tfformer.decode.translator import Translator
 from tfformer.export.warmup import warmup_requests, write_warmup_requests
 from tfformer.utils.backends import HIDDEN_AT_TENSORFLOW_IMPORT
@@ -331,7 +332,7 @@ def export_saved_model(translator: Translator, model_base_path: str | os.PathLik
             translations = expected[DEFAULT_SIGNATURE][OUTPUT_TRANSLATIONS]
             calls[PREFIX_SIGNATURE][PREFIXES_NAME] = [text.split(" ")[0][:longest]
                                                       for text in translations]
-            calls[SCORE_SIGNATURE][TARGETS_NAME] = translations
+            calls[SCORE_SIGNATURE][TARGETS_NAME] = scoreable(translator, translations)
             expected.update(run_in_memory(translator, {signature: inputs for signature, inputs
                                                        in calls.items()
                                                        if signature != DEFAULT_SIGNATURE},
@@ -346,6 +347,26 @@ def export_saved_model(translator: Translator, model_base_path: str | os.PathLik
                     got[ALIGN_SIGNATURE][OUTPUT_ALIGNMENTS], f" ({ALIGN_SIGNATURE} alignments)")
     os.rename(staging_dir, final_dir)
     return final_dir
+
+
+def scoreable(translator: Translator, texts: Sequence[str]) -> list[str]:
+    """The texts, each cut to the whole words that fit the longest target `score` takes
+    (re-tokenized, an undertrained model's translation may exceed it)."""
+    limit = scoring.max_target_pieces(translator.model.transformer_config)
+    if limit is None:
+        return list(texts)
+
+    def fits(words):
+        pieces = translator.tokenizer.tokenize(tf.constant([" ".join(words)]))
+        return int(pieces.row_lengths()[0]) <= limit
+
+    kept = []
+    for text in texts:
+        words = text.split(" ")
+        while words and not fits(words):
+            words = words[:-1]
+        kept.append(" ".join(words))
+    return kept
 
 
 def _check_scores(sentences: Sequence[str], expected: dict, got: dict) -> None:
