@@ -30,6 +30,19 @@ def test_parameters_file_is_read_as_tf_serving_reads_it(tmp_path):
             defaults.max_enqueued_batches) == (1000, 0, 10)
 
 
+def test_the_shipped_parameters_file_holds_what_served_best_where_measured():
+    """serving/batching_parameters.txt is benchmarks/serving/batching_parameters.py's pick,
+    committed in benchmarks/results/batching_parameters.json."""
+    import json
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    measured = json.loads((root / "benchmarks/results/batching_parameters.json").read_text())
+    shipped = BatchingParameters.from_file(str(root / "serving/batching_parameters.txt"))
+    assert shipped == BatchingParameters.from_text(measured["best_parameters"])
+    assert measured["best"] in measured["lone_client_within_10_percent"]
+
+
 @pytest.mark.parametrize("text, message", [
     ("max_batch_size { value: 8 }\nbatch_size: 3", r"2:1 : .*no field named \"batch_size\""),
     ("max_batch_size: 8", r"1:\d+ : .*"),  # a wrapper field needs { value: ... }
