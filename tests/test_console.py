@@ -109,3 +109,45 @@ def test_training_runs_with_onednn_unless_the_environment_turns_it_off(tmp_path)
         assert result.returncode == 2 and "stopped by the test" in result.stderr, \
             result.stderr[-3000:]
         assert f"ONEDNN {expected}" in result.stdout, (given, result.stdout)
+
+
+def test_exit_status_names_each_kind_of_failure_in_one_line(caplog):
+    import errno
+    import logging
+
+    import pytest
+
+    from tfformer.cli.console import exit_status
+
+    logger = logging.getLogger("tfformer.test")
+
+    def raising(error):
+        def body():
+            raise error
+        return body
+
+    def status(body, **kinds):
+        caplog.clear()
+        code = exit_status(body, logger, refused=(ValueError,), failed=(RuntimeError,),
+                           full_disk_advice="Run it again.", **kinds)
+        return code, [r.getMessage() for r in caplog.records]
+
+    done = []
+    assert status(lambda: done.append(1)) == (0, []) and done == [1]
+    assert status(raising(ValueError("bad --x"))) == (2, ["bad --x"])
+    assert status(raising(RuntimeError("check failed"))) == (1, ["check failed"])
+    assert status(raising(ValueError("a\nb")), describe=lambda e: str(e).split("\n")[0]) == (
+        2, ["a"])
+    assert status(raising(PermissionError(errno.EACCES, "Permission denied", "/r/x"))) == (
+        1, ["/r/x: Permission denied"])
+    wrapped = OSError(errno.ENOSPC, "No space left on device", "/r/a.h5")
+    try:
+        try:
+            raise wrapped
+        except OSError as error:
+            raise KeyError("saving failed") from error
+    except KeyError as outer:  # a cause is followed
+        assert status(raising(outer)) == (
+            1, ["/r/a.h5: no space left on device. Run it again."])
+    with pytest.raises(KeyError):  # a bug's traceback
+        exit_status(raising(KeyError("x")), logger)

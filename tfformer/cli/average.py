@@ -13,7 +13,7 @@ import argparse
 import logging
 import sys
 
-from tfformer.cli.console import import_tensorflow, report_run_time_failure, start_logging
+from tfformer.cli.console import exit_status, import_tensorflow, start_logging
 
 logger = logging.getLogger("tfformer.average")
 
@@ -32,16 +32,8 @@ def main(argv=None) -> int:
     import_tensorflow()
     from tfformer import run
 
-    try:
-        run.average(args.run_dir, last=args.last, out=args.out)
-    except (FileNotFoundError, ValueError) as error:  # no such run, too few checkpoints
-        logger.error("%s", error)
-        return 2
-    except Exception as error:  # noqa: BLE001 (a file failure at run time: one line, exit 1)
-        if not report_run_time_failure(error, logger):
-            raise
-        return 1
-    return 0
+    return exit_status(lambda: run.average(args.run_dir, last=args.last, out=args.out), logger,
+                       refused=(FileNotFoundError, ValueError))  # no such run, too few
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import os
 import sys
 import types
 import typing
+from typing import Callable
 
 from tfformer.utils.backends import HIDDEN_AT_TENSORFLOW_IMPORT, chosen_backend
 
@@ -70,17 +71,43 @@ def start_logging(level: int | str = logging.INFO, log_format: str = LOG_FORMAT)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-def report_run_time_failure(error: BaseException, logger: logging.Logger) -> bool:
-    """Logs the one line of a file the command could not write or read at run time (a
-    permission, a read-only file system, a full disk: `tfformer.utils.files.run_time_failure`)
-    and says whether `error` was one; the command then exits 1, and raises any other error."""
-    from tfformer.utils.files import run_time_failure
+def exit_status(body: Callable[[], object], logger: logging.Logger, *,
+                refused: tuple[type[BaseException], ...] = (),
+                failed: tuple[type[BaseException], ...] = (),
+                describe: Callable[[BaseException], str] = str,
+                full_disk_advice: str = "") -> int:
+    """Runs a command's `body` and gives its exit status, each error logged as one line
+    (`describe`'s):
+    - 0 once `body` returns;
+    - 2 for an error of `refused`: what was asked for (an argument, a missing file, a line of
+      data);
+    - 1 for one of `failed` (the command's own checks, a stopped run), or a file the command
+      could not write or read at run time (a permission, a read-only file system, a full disk:
+      `tfformer.utils.files.file_failure`; a full disk's line then ends in
+      `full_disk_advice`).
+    Any other error raises: a bug's traceback.
+    """
+    from tfformer.utils.files import file_failure
 
-    line = run_time_failure(error)
-    if line is None:
-        return False
-    logger.error("%s", line)
-    return True
+    try:
+        body()
+    except refused as error:
+        logger.error("%s", describe(error))
+        return 2
+    except failed as error:
+        logger.error("%s", describe(error))
+        return 1
+    except Exception as error:
+        failure = file_failure(error)
+        if failure is None:
+            raise
+        if failure.full_disk and full_disk_advice:
+            logger.error("%sno space left on device. %s",
+                         f"{failure.path}: " if failure.path else "", full_disk_advice)
+        else:
+            logger.error("%s", failure.line())
+        return 1
+    return 0
 
 
 def prefer_onednn() -> None:

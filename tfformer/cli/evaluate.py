@@ -18,8 +18,8 @@ import sys
 
 from tfformer.cli.console import (
     DefaultsOnceFormatter,
+    exit_status,
     import_tensorflow,
-    report_run_time_failure,
     start_logging,
 )
 from tfformer.config import DecodingConfig
@@ -62,7 +62,7 @@ def main(argv=None) -> int:
     )
     from tfformer.utils.files import atomic_write_text
 
-    try:
+    def evaluate() -> None:
         if args.out:  # before the decoding, which an unwritable --out would waste
             check_writable(args.out)
         sources, references, test_set = read_test_set(args.data, args.src, args.ref)
@@ -77,28 +77,18 @@ def main(argv=None) -> int:
         hypotheses = translate_in_length_order(translate, sources, args.batch_size, progress)
         print(file=sys.stderr)
         scores = score(hypotheses, references)
-    except (DataError, ValueError, FileNotFoundError) as error:
-        logger.error("%s", error)
-        return 2
-    except Exception as error:  # noqa: BLE001 (a file failure at run time: one line, exit 1)
-        if not report_run_time_failure(error, logger):
-            raise
-        return 1
-    report = {"test_set": test_set, **model, "bleu": round(scores.bleu, 2),
-              "chrf": round(scores.chrf, 2), "bleu_signature": scores.bleu_signature,
-              "chrf_signature": scores.chrf_signature, "sentences": scores.sentences}
-    print(json.dumps(report, ensure_ascii=False))
-    if args.out:
-        try:
+        report = {"test_set": test_set, **model, "bleu": round(scores.bleu, 2),
+                  "chrf": round(scores.chrf, 2), "bleu_signature": scores.bleu_signature,
+                  "chrf_signature": scores.chrf_signature, "sentences": scores.sentences}
+        # Printed before --out is written: a failed write does not lose the decoding.
+        print(json.dumps(report, ensure_ascii=False))
+        if args.out:
             atomic_write_text(os.path.join(args.out, "hypotheses.txt"),
                               "".join(h.replace("\n", " ") + "\n" for h in hypotheses))
             atomic_write_text(os.path.join(args.out, "report.json"),
                               json.dumps(report, indent=2, ensure_ascii=False) + "\n")
-        except OSError as error:  # the scores are printed above: the decoding is not lost
-            if not report_run_time_failure(error, logger):
-                raise
-            return 1
-    return 0
+
+    return exit_status(evaluate, logger, refused=(DataError, ValueError, FileNotFoundError))
 
 
 def check_writable(directory: str) -> None:

@@ -25,8 +25,8 @@ import sys
 
 from tfformer.cli.console import (
     DefaultsOnceFormatter,
+    exit_status,
     import_tensorflow,
-    report_run_time_failure,
     start_logging,
 )
 from tfformer.config import LENGTH_PENALTY_FORMS, DecodingConfig
@@ -110,7 +110,7 @@ def main(argv=None) -> int:
     from tfformer.export.ctranslate2 import CTranslate2ExportError
     from tfformer.export.saved_model import ExportError
 
-    try:
+    def export() -> None:
         if args.format == "ctranslate2":
             report = export_ctranslate2(args)
         else:
@@ -123,18 +123,10 @@ def main(argv=None) -> int:
                                 precision=args.precision or "fp32")
             report = {"export_dir": result.export_dir, "version": result.version,
                       "precision": result.precision, "check_sentences": result.check_sentences}
-    except (FileNotFoundError, FileExistsError, ValueError) as error:  # what was asked for
-        logger.error("%s", error)
-        return 2
-    except (ExportError, CTranslate2ExportError) as error:  # the export failed its own checks
-        logger.error("%s", error)
-        return 1
-    except Exception as error:  # noqa: BLE001 (a file failure at run time: one line, exit 1)
-        if not report_run_time_failure(error, logger):
-            raise
-        return 1
-    print(json.dumps(report))
-    return 0
+        print(json.dumps(report))
+
+    return exit_status(export, logger, refused=(FileNotFoundError, FileExistsError, ValueError),
+                       failed=(ExportError, CTranslate2ExportError))  # its own checks failed
 
 
 if __name__ == "__main__":

@@ -18,8 +18,8 @@ import sys
 
 from tfformer.cli.console import (
     DefaultsOnceFormatter,
+    exit_status,
     import_tensorflow,
-    report_run_time_failure,
     start_logging,
 )
 from tfformer.train.settings import DEFAULT_VOCAB_SAMPLE, TrainSettings
@@ -54,19 +54,14 @@ def main(argv=None) -> int:
     from tfformer.data.errors import DataError
     from tfformer.train.prepare import prepare_store
 
-    try:
+    def prepare() -> None:
         prepared = prepare_store(args.data, args.out, vocab_size=args.vocab_size,
                                  vocab_sample=args.vocab_sample, tokenizer=args.tokenizer,
                                  seed=args.seed, skip_bad_lines=args.skip_bad_lines)
-    except (DataError, ValueError, FileNotFoundError, FileExistsError) as error:
-        logger.error("%s", error)
-        return 2
-    except Exception as error:  # noqa: BLE001 (a file failure at run time: one line, exit 1)
-        if not report_run_time_failure(error, logger):
-            raise
-        return 1
-    print(json.dumps({"store": prepared.path, **prepared.manifest}))
-    return 0
+        print(json.dumps({"store": prepared.path, **prepared.manifest}))
+
+    return exit_status(prepare, logger,
+                       refused=(DataError, ValueError, FileNotFoundError, FileExistsError))
 
 
 if __name__ == "__main__":

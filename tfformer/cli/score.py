@@ -22,8 +22,8 @@ import sys
 
 from tfformer.cli.console import (
     DefaultsOnceFormatter,
+    exit_status,
     import_tensorflow,
-    report_run_time_failure,
     start_logging,
 )
 from tfformer.cli.evaluate import check_writable
@@ -58,14 +58,16 @@ def main(argv=None) -> int:
     from tfformer.evaluate import load_scorer, read_test_set, translate_in_length_order
     from tfformer.utils.files import atomic_write_text
 
-    refused: tuple[type[Exception], ...] = (DataError, ValueError, FileNotFoundError)
+    asked = (DataError, ValueError, FileNotFoundError)
+    refused: tuple[type[Exception], ...] = asked
     try:
         import tensorflow as tf
 
         refused += (tf.errors.InvalidArgumentError,)  # a target over the graph's limit
     except ImportError:
         pass
-    try:
+
+    def score_pairs() -> None:
         if args.output:  # before the scoring, which an unwritable --output would waste
             check_writable(os.path.dirname(os.path.abspath(args.output)))
         sources, targets, _ = read_test_set(args.data, args.src, args.tgt)
@@ -91,19 +93,16 @@ def main(argv=None) -> int:
             atomic_write_text(args.output, "".join(lines))
         else:
             sys.stdout.write("".join(lines))
-    except refused as error:
+
+    def describe(error: BaseException) -> str:
         message = str(error)
-        if not isinstance(error, (DataError, ValueError, FileNotFoundError)):  # the graph's
+        if not isinstance(error, asked):  # the graph's
             from tfformer.serving.requests import op_error_message
 
             message = f"INVALID_ARGUMENT: {op_error_message(error)}"
-        logger.error("%s", message.split("\n")[0])
-        return 2
-    except Exception as error:  # noqa: BLE001 (a file failure at run time: one line, exit 1)
-        if not report_run_time_failure(error, logger):
-            raise
-        return 1
-    return 0
+        return message.split("\n")[0]
+
+    return exit_status(score_pairs, logger, refused=refused, describe=describe)
 
 
 if __name__ == "__main__":

@@ -25,9 +25,9 @@ import sys
 
 from tfformer.cli.console import (
     DefaultsOnceFormatter,
+    exit_status,
     import_tensorflow,
     prefer_onednn,
-    report_run_time_failure,
     settings_arguments,
     start_logging,
 )
@@ -104,31 +104,18 @@ def main(argv=None) -> int:
     from tfformer import run
     from tfformer.utils.backends import select_backend
 
-    try:
+    def train() -> None:
         select_backend(args.settings.backend)  # before TensorFlow's import, which loads Keras
         prefer_onednn()
         import_tensorflow()
         result = run.train(args.out, args.config, args.settings, parse_overrides(args.set))
-    except (ValueError, FileNotFoundError, ImportError) as error:
-        logger.error("%s", error)
-        return 2
-    except (TrainingStopped, ConnectionError) as error:  # ConnectionError: another process
-        logger.error("%s", error)
-        return 1
-    except Exception as error:  # noqa: BLE001 (a full disk is named in one line; others raise)
-        from tfformer.utils.files import full_disk_path
+        if result.dev_pairs and result.run_dir.path == args.out:
+            print_samples(result)
 
-        path = full_disk_path(error)
-        if path is None:
-            if not report_run_time_failure(error, logger):  # a permission, a read-only disk
-                raise
-            return 1
-        logger.error("%sno space left on device. Finished work is kept: free some space and run "
-                     "the same command again to resume.", f"{path}: " if path else "")
-        return 1
-    if result.dev_pairs and result.run_dir.path == args.out:
-        print_samples(result)
-    return 0
+    return exit_status(train, logger, refused=(ValueError, FileNotFoundError, ImportError),
+                       failed=(TrainingStopped, ConnectionError),  # another process's
+                       full_disk_advice="Finished work is kept: free some space and run the "
+                                        "same command again to resume.")
 
 
 def print_samples(result) -> None:

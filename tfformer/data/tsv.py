@@ -100,7 +100,5 @@ def read_tsv(path: str | os.PathLike, *, skip_bad_lines: bool = False) -> Parall
         OSError: if the file cannot be read.
     """
     name = os.fspath(path)
-    if not os.path.exists(name):
-        raise FileNotFoundError(f"{name}: no such file")
     pairs, skipped = read_pairs(name, skip_bad_lines=skip_bad_lines)
     return ParallelText(pairs, name, skipped)

@@ -10,6 +10,7 @@ before the newline are accepted. Plain files, or gzip when named *.gz; `check_fi
 from __future__ import annotations
 
 import gzip
+import os
 import zlib
 
 from tfformer.data.errors import DataError
@@ -25,7 +26,13 @@ def check_file(path: str) -> None:
     interrupted download leaves it), so a cut .gz would train on part of itself, its last line
     cut mid-word. Python's gzip raises there: every .gz is decompressed once here, before the
     scan, the training stream or a dev/test read uses it.
+
+    Raises:
+        FileNotFoundError: "PATH: no such file".
+        DataError: an empty file, a cut or invalid gzip file.
     """
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such file")
     compressed = path.endswith(".gz")
     text = False
     try:

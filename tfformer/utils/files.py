@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
 import os
@@ -74,58 +75,62 @@ def remove_temporaries(directory: str) -> list[str]:
 
 _FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 _FULL_MESSAGES = ("No space left on device", "Disk quota exceeded")
-
-
-def full_disk_path(error: BaseException) -> str | None:
-    """The file a write failed on because its disk (or quota) was full; "" when the error does
-    not name it; None when `error` is something else.
-
-    Follows the exception's causes, and reads the name from h5py's message ("Unable to
-    synchronously create file (unable to open file: name = 'PATH', errno = 28, ...)"), whose
-    OSError has no `filename`.
-    """
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        text = str(error)
-        if ((isinstance(error, OSError) and error.errno in _FULL_ERRNOS)
-                or any(message in text for message in _FULL_MESSAGES)):
-            if isinstance(error, OSError) and error.filename:
-                return os.fsdecode(error.filename)
-            named = re.search(r"name = '([^']*)'", text)
-            return named.group(1) if named else ""
-        error = error.__cause__ or error.__context__
-    return None
-
-
 _DENIED_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
 _DENIED_MESSAGES = ("Permission denied", "Read-only file system")
 
 
-def run_time_failure(error: BaseException) -> str | None:
-    """One line for a file the command could not write or read at run time, a permission, a
-    read-only file system or a full disk ("PATH: Permission denied"); None when `error` is
-    something else.
+@dataclasses.dataclass(frozen=True)
+class FileFailure:
+    """A file the command could not write or read at run time: its path ("" when the error
+    does not name it), why, and whether its disk (or quota) was full."""
 
-    Follows the exception's causes; reads the path from h5py's message (its OSError has no
-    `filename`) or TensorFlow's (an `OpError`, not an OSError, whose first line names it).
+    path: str
+    reason: str
+    full_disk: bool
+
+    def line(self) -> str:
+        return f"{self.path}: {self.reason}" if self.path else self.reason
+
+
+def file_failure(error: BaseException) -> FileFailure | None:
+    """The first of `error` and its causes that is a permission, a read-only file system or a
+    full disk; None when there is none.
+
+    Reads the path from the OSError's `filename`, else from h5py's message ("Unable to
+    synchronously create file (unable to open file: name = 'PATH', errno = 28, ...)", whose
+    OSError has none) or TensorFlow's (an `OpError`, not an OSError, whose first line names it).
     """
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
         text = str(error)
+        named = re.search(r"name = '([^']*)'", text)
+        full = any(message in text for message in _FULL_MESSAGES)
         if isinstance(error, OSError) and error.errno in _DENIED_ERRNOS + _FULL_ERRNOS:
+            path = os.fsdecode(error.filename) if error.filename else (
+                named.group(1) if named else "")
             reason = error.strerror or os.strerror(error.errno)
-            if error.filename:
-                return f"{os.fsdecode(error.filename)}: {reason}"
-            named = re.search(r"name = '([^']*)'", text)
-            return f"{named.group(1)}: {reason}" if named else text.splitlines()[0]
-        if any(message in text for message in _DENIED_MESSAGES + _FULL_MESSAGES):
-            named = re.search(r"name = '([^']*)'", text)
+            return FileFailure(path, reason if path else text.splitlines()[0],
+                               full or error.errno in _FULL_ERRNOS)
+        if full or any(message in text for message in _DENIED_MESSAGES):
             first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
-            return f"{named.group(1)}: {first}" if named else first
+            return FileFailure(named.group(1) if named else "", first, full)
         error = error.__cause__ or error.__context__
     return None
+
+
+def full_disk_path(error: BaseException) -> str | None:
+    """The file a write failed on because its disk (or quota) was full (`file_failure`); ""
+    when the error does not name it; None when `error` is something else."""
+    failure = file_failure(error)
+    return failure.path if failure is not None and failure.full_disk else None
+
+
+def run_time_failure(error: BaseException) -> str | None:
+    """One line for a file the command could not write or read at run time (`file_failure`):
+    "PATH: Permission denied"; None when `error` is something else."""
+    failure = file_failure(error)
+    return None if failure is None else failure.line()
 
 
 def wait_for_file(path: str, timeout: float) -> None:
