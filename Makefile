@@ -39,12 +39,19 @@ METADATA_HASH := $(shell cat setup.cfg setup.py | $(PYTHON) -c \
 TEST_CACHED := $(VENV_CACHE)/test-$(call pins_hash,$(METADATA_HASH))
 # Copies a venv as hard links where the file system allows (instant), else as files.
 copy_venv = cp -al $(1) $(2) 2>/dev/null || { rm -rf $(2) && cp -a $(1) $(2); }
+# A copied venv's scripts (saved_model_cli, activate, ...) still name the venv they were
+# installed in, which may be gone: point them at the copy (sed -i writes new files, so the
+# hard-linked cache keeps its own).
+rehome_venv = origin=$$(sed -n '1s|^\#!\(.*\)/bin/python[0-9.]*$$|\1|p' $(1)/bin/pip) && \
+	if [ -n "$$origin" ] && [ "$$origin" != "$(abspath $(1))" ]; then \
+		grep -lIsF "$$origin" $(1)/bin/* | xargs -r sed -i "s|$$origin|$(abspath $(1))|g"; fi
 
 # A new .venv starts as a copy of the cached one with the test dependencies when there is one,
 # so that pip then finds them installed and only installs tfformer itself from this clone.
 $(PY):
 	if [ -f $(TEST_CACHED)/.installed ]; then \
-		$(call copy_venv,$(TEST_CACHED),$(VENV)) && rm -f $(VENV)/.installed*; \
+		$(call copy_venv,$(TEST_CACHED),$(VENV)) && rm -f $(VENV)/.installed* && \
+		$(call rehome_venv,$(VENV)); \
 	else $(PYTHON) -m venv $(VENV); fi
 
 # Re-install whenever the package metadata changes.
