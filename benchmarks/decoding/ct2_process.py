@@ -8,6 +8,7 @@ the OpenMP runtime in its wheel are shared by the process). A server holds one m
 process; so does the benchmark, with this worker:
 
     worker = CT2Process(model_dir, threads=2, compute_type="int8")
+    worker = CT2Process.exported(run_dir, model_dir, threads=2)  # tfformer-export, then the above
     worker.translate_batch([pieces, ...], beam_size=4)   # the best hypothesis of each
     worker.score_batch([pieces, ...], [pieces, ...])     # each target's log-probabilities
     worker.close()
@@ -35,6 +36,16 @@ class CT2Process:
         if ready.strip() != "ready":
             self.close()
             raise RuntimeError(f"the CTranslate2 worker for {model_dir} did not start")
+
+    @classmethod
+    def exported(cls, run_dir: str, model_dir: str, threads: int,
+                 quantization: str = "none") -> "CT2Process":
+        """`tfformer-export RUN_DIR --format ctranslate2` into `model_dir` (its own check loads
+        the model in CTranslate2, in that process), then a worker on it."""
+        subprocess.run([sys.executable, "-m", "tfformer.cli.export", run_dir, "--format",
+                        "ctranslate2", "--out", model_dir, "--quantization", quantization],
+                       check=True, stdout=subprocess.DEVNULL)
+        return cls(model_dir, threads)
 
     def translate_batch(self, tokens: list[list[str]], *, hypotheses: bool = False,
                         **options) -> list[list[str]] | None:

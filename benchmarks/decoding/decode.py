@@ -37,7 +37,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -208,7 +207,6 @@ def format_comparison(preset: str, model, tokenizer, extra: int, batches, reps: 
     from tensorflow.python.util import _pywrap_util_port
 
     from tfformer.decode.translator import Translator, in_precision
-    from tfformer.export.ctranslate2 import TRANSLATE_OPTIONS
     from tfformer.export.saved_model import export_saved_model
     from tfformer.utils.cpu import matmul_flags
 
@@ -227,14 +225,9 @@ def format_comparison(preset: str, model, tokenizer, extra: int, batches, reps: 
         run = save_run(model, tokenizer, work)
         # Each CTranslate2 model in a process of its own, without TensorFlow (ct2_process.py:
         # in one process with it, or with each other, they decode slower).
-        # Exported by tfformer-export, whose check loads each in CTranslate2: not here.
-        translators = {}
-        for quantization in ("none", "int8"):
-            out = os.path.join(work, f"ct2-{quantization}")
-            subprocess.run([sys.executable, "-m", "tfformer.cli.export", run, "--format",
-                            "ctranslate2", "--out", out, "--quantization", quantization],
-                           check=True, stdout=subprocess.DEVNULL)
-            translators[quantization] = CT2Process(out, threads)
+        translators = {quantization: CT2Process.exported(
+            run, os.path.join(work, f"ct2-{quantization}"), threads, quantization)
+            for quantization in ("none", "int8")}
         pieces = sentencepiece.SentencePieceProcessor(
             model_file=os.path.join(work, "ct2-none", "tokenizer.model"))
         for search, beam_size in (("greedy", 1), ("beam4", 4)):
@@ -249,10 +242,8 @@ def format_comparison(preset: str, model, tokenizer, extra: int, batches, reps: 
                 tokens = [pieces.encode(SENTENCE, out_type=str)] * batch
 
                 def ct2(quantization, tokens=tokens, beam_size=beam_size, hypotheses=False):
-                    return translators[quantization].translate_batch(
-                        tokens, beam_size=beam_size, length_penalty=0.6,
-                        max_decoding_length=OUTPUT_TOKENS, hypotheses=hypotheses,
-                        **TRANSLATE_OPTIONS)
+                    return ct2_translate(translators[quantization], tokens, beam_size,
+                                         hypotheses)
 
                 # Ours: OUTPUT_TOKENS by construction (`build`); CTranslate2 stops at the same
                 # limit, as EOS (a zero embedding) never wins there either.
@@ -298,6 +289,16 @@ def format_comparison(preset: str, model, tokenizer, extra: int, batches, reps: 
         for translator in translators.values():
             translator.close()
     return rows
+
+
+def ct2_translate(worker, tokens: list[list[str]], beam_size: int, hypotheses: bool = False):
+    """The formats rows' CTranslate2 call: `tokens` searched as our exports search them (the
+    length penalty 0.6, OUTPUT_TOKENS at most); with `hypotheses`, the best of each."""
+    from tfformer.export.ctranslate2 import TRANSLATE_OPTIONS
+
+    return worker.translate_batch(tokens, beam_size=beam_size, length_penalty=0.6,
+                                  max_decoding_length=OUTPUT_TOKENS, hypotheses=hypotheses,
+                                  **TRANSLATE_OPTIONS)
 
 
 def save_run(model, tokenizer, work: str) -> str:

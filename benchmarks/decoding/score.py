@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -50,17 +49,15 @@ def measure(preset: str, tokenizer, pairs, batch_size: int, threads: int, reps: 
     with tempfile.TemporaryDirectory() as work:
         run = save_run(model, tokenizer, work)
         out = os.path.join(work, "ct2")
-        subprocess.run([sys.executable, "-m", "tfformer.cli.export", run, "--format",
-                        "ctranslate2", "--out", out], check=True, stdout=subprocess.DEVNULL)
-        path = export_saved_model(Translator(model, tokenizer, beam_size=1), work, "ours", 1)
-        score = tf.saved_model.load(path).signatures["score"]
-        pieces = sentencepiece.SentencePieceProcessor(
-            model_file=os.path.join(out, "tokenizer.model"))
-        feeds = [{"inputs": tf.constant([s for s, _ in batch]),
-                  "targets": tf.constant([t for _, t in batch])} for batch in batches]
-        tokens = [([pieces.encode(s, out_type=str) for s, _ in batch],
-                   [pieces.encode(t, out_type=str) for _, t in batch]) for batch in batches]
-        with CT2Process(out, threads) as ctranslate2:
+        with CT2Process.exported(run, out, threads) as ctranslate2:
+            path = export_saved_model(Translator(model, tokenizer, beam_size=1), work, "ours", 1)
+            score = tf.saved_model.load(path).signatures["score"]
+            pieces = sentencepiece.SentencePieceProcessor(
+                model_file=os.path.join(out, "tokenizer.model"))
+            feeds = [{"inputs": tf.constant([s for s, _ in batch]),
+                      "targets": tf.constant([t for _, t in batch])} for batch in batches]
+            tokens = [([pieces.encode(s, out_type=str) for s, _ in batch],
+                       [pieces.encode(t, out_type=str) for _, t in batch]) for batch in batches]
             worst = 0.0
             for feed, (sources, targets) in zip(feeds, tokens):
                 ours = score(**feed)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,71 +42,64 @@ def compare(preset: str, model, tokenizer, extra: int, batches, reps: int, budge
 
     from tfformer.decode import keras_search
     from tfformer.decode.translator import Translator
-    from tfformer.export.ctranslate2 import TRANSLATE_OPTIONS
     from tfformer.export.saved_model import export_saved_model
 
     rows = []
     with tempfile.TemporaryDirectory() as work:
         run = decode.save_run(model, tokenizer, work)
         out = os.path.join(work, "ct2")
-        subprocess.run([sys.executable, "-m", "tfformer.cli.export", run, "--format",
-                        "ctranslate2", "--out", out], check=True, stdout=subprocess.DEVNULL)
-        ct2_worker = CT2Process(out, threads)
-        pieces = sentencepiece.SentencePieceProcessor(
-            model_file=os.path.join(out, "tokenizer.model"))
-        for search, beam_size in SEARCHES.items():
-            translator = Translator(model, tokenizer, beam_size=beam_size,
-                                    max_output_extra=extra)
-            signature = tf.saved_model.load(export_saved_model(
-                translator, work, search, 1)).signatures["serving_default"]
-            source_ids = tf.function(translator._source_ids, autograph=False)
-            detokenize = tf.function(tokenizer.detokenize, autograph=False)
-            if beam_size == 1:
-                def fixed(ids):
-                    return keras_search._greedy(model, ids, None, extra, 0)
-            else:
-                def fixed(ids):
-                    return keras_search._beam(model, ids, None, beam_size,
-                                              translator.length_penalty, extra, 0,
-                                              translator.decoding.length_penalty_form)
-            compiled = tf.function(fixed, jit_compile=True, autograph=False)
+        with CT2Process.exported(run, out, threads) as ct2_worker:
+            pieces = sentencepiece.SentencePieceProcessor(
+                model_file=os.path.join(out, "tokenizer.model"))
+            for search, beam_size in SEARCHES.items():
+                translator = Translator(model, tokenizer, beam_size=beam_size,
+                                        max_output_extra=extra)
+                signature = tf.saved_model.load(export_saved_model(
+                    translator, work, search, 1)).signatures["serving_default"]
+                source_ids = tf.function(translator._source_ids, autograph=False)
+                detokenize = tf.function(tokenizer.detokenize, autograph=False)
+                if beam_size == 1:
+                    def fixed(ids):
+                        return keras_search._greedy(model, ids, None, extra, 0)
+                else:
+                    def fixed(ids):
+                        return keras_search._beam(model, ids, None, beam_size,
+                                                  translator.length_penalty, extra, 0,
+                                                  translator.decoding.length_penalty_form)
+                compiled = tf.function(fixed, jit_compile=True, autograph=False)
 
-            def xla(inputs):
-                sequences, scores, _ = compiled(source_ids(inputs))
-                best = sequences[:, 0] if beam_size > 1 else sequences
-                return detokenize(best[:, 1:]), scores
+                def xla(inputs):
+                    sequences, scores, _ = compiled(source_ids(inputs))
+                    best = sequences[:, 0] if beam_size > 1 else sequences
+                    return detokenize(best[:, 1:]), scores
 
-            for batch in batches:
-                inputs = tf.constant([decode.SENTENCE] * batch)
-                tokens = [pieces.encode(decode.SENTENCE, out_type=str)] * batch
-                started = time.perf_counter()
-                xla_texts = xla(inputs)[0].numpy()
-                first = time.perf_counter() - started
-                ours = signature(inputs=inputs)["translations"].numpy()
+                for batch in batches:
+                    inputs = tf.constant([decode.SENTENCE] * batch)
+                    tokens = [pieces.encode(decode.SENTENCE, out_type=str)] * batch
+                    started = time.perf_counter()
+                    xla_texts = xla(inputs)[0].numpy()
+                    first = time.perf_counter() - started
+                    ours = signature(inputs=inputs)["translations"].numpy()
 
-                def ct2(hypotheses=False, tokens=tokens, beam_size=beam_size):
-                    return ct2_worker.translate_batch(
-                        tokens, beam_size=beam_size, length_penalty=0.6,
-                        max_decoding_length=decode.OUTPUT_TOKENS, hypotheses=hypotheses,
-                        **TRANSLATE_OPTIONS)
+                    def ct2(hypotheses=False, tokens=tokens, beam_size=beam_size):
+                        return decode.ct2_translate(ct2_worker, tokens, beam_size, hypotheses)
 
-                timings = decode.paired_all({
-                    "savedmodel": lambda: signature(inputs=inputs),
-                    "xla": lambda: xla(inputs),
-                    "ctranslate2_fp32": ct2,
-                }, reps * 2 if batch == 1 else reps, budget,
-                    settle_seconds=decode.SETTLE_SECONDS)
-                reference = timings["savedmodel"]["median_ms"]
-                row = {"preset": preset, "search": search, "batch": batch,
-                       "same_translations": bool(np.array_equal(xla_texts, ours)),
-                       "ctranslate2_output_pieces": len(ct2(hypotheses=True)[0]),
-                       "xla_first_call_ms": round(1000 * first, 1),
-                       **{name: timing["median_ms"] for name, timing in timings.items()},
-                       "over_savedmodel": {name: round(timing["median_ms"] / reference, 3)
-                                           for name, timing in timings.items()}}
-                rows.append(row)
-                print(json.dumps(row), file=sys.stderr, flush=True)
-        ct2_worker.close()
+                    timings = decode.paired_all({
+                        "savedmodel": lambda: signature(inputs=inputs),
+                        "xla": lambda: xla(inputs),
+                        "ctranslate2_fp32": ct2,
+                    }, reps * 2 if batch == 1 else reps, budget,
+                        settle_seconds=decode.SETTLE_SECONDS)
+                    reference = timings["savedmodel"]["median_ms"]
+                    row = {"preset": preset, "search": search, "batch": batch,
+                           "same_translations": bool(np.array_equal(xla_texts, ours)),
+                           "ctranslate2_output_pieces": len(ct2(hypotheses=True)[0]),
+                           "xla_first_call_ms": round(1000 * first, 1),
+                           **{name: timing["median_ms"] for name, timing in timings.items()},
+                           "over_savedmodel": {name: round(timing["median_ms"] / reference, 3)
+                                               for name, timing in timings.items()}}
+                    rows.append(row)
+                    print(json.dumps(row), file=sys.stderr, flush=True)
     return rows
 
 
